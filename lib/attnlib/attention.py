@@ -1,0 +1,93 @@
+"""Chapters 3–5: scores, scaling, the causal mask, softmax and the weighted sum of V.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + M) V
+
+Row i of every (T_q, T_k) table below is a query position, column j a key position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import check_positive, check_same, check_shape
+from .projections import Projections
+
+__all__ = [
+    "scores", "scale", "causal_mask", "softmax", "attention_weights", "attend", "attention",
+    "SingleHeadAttention",
+]
+
+
+def scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """S = Q Kᵀ: Q (..., T_q, d_k), K (..., T_k, d_k) → S (..., T_q, T_k); S[i, j] = q_i · k_j."""
+    d = check_shape(Q, "Q", "... T d_k")
+    check_shape(K, "K", "... T d_k", d_k=d["d_k"])
+    check_same(Q, K, "Q", "K")
+    return Q @ K.transpose(-2, -1)
+
+
+def scale(S: torch.Tensor, d_k: int) -> torch.Tensor:
+    """S / √d_k, which keeps the scores' spread near 1 when q and k have unit-variance components."""
+    check_positive(d_k=d_k)
+    return S / math.sqrt(d_k)
+
+
+def causal_mask(T_q: int, T_k: int | None = None, *, dtype=torch.float32, device=None) -> torch.Tensor:
+    """M (T_q, T_k): 0 where key j may be read by query i, −inf where j lies in i's future.
+
+    With T_k > T_q the queries are the *last* T_q positions (as when earlier K and V are cached),
+    so query i sits at absolute position i + T_k − T_q.
+    """
+    T_k = T_q if T_k is None else T_k
+    check_positive(T_q=T_q, T_k=T_k)
+    if T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    future = torch.ones(T_q, T_k, dtype=torch.bool, device=device).triu(1 + T_k - T_q)
+    return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(future, float("-inf"))
+
+
+def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Stable softmax: subtract the row maximum first, so exp never overflows. Rows of −inf give NaN."""
+    S = S - S.amax(dim=dim, keepdim=True)
+    e = S.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """P = softmax(Q Kᵀ / √d_k + M) of shape (..., T_q, T_k); every row sums to 1."""
+    S = scale(scores(Q, K), Q.shape[-1])
+    if causal:
+        S = S + causal_mask(S.shape[-2], S.shape[-1], dtype=S.dtype, device=S.device)
+    return softmax(S)
+
+
+def attend(P: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """P (..., T_q, T_k) @ V (..., T_k, d_v) → (..., T_q, d_v): each output is a weighted average of values."""
+    d = check_shape(P, "P", "... T_q T_k")
+    check_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
+    check_same(P, V, "P", "V")
+    return P @ V
+
+
+def attention(Q, K, V, causal: bool = True, return_weights: bool = False):
+    """softmax(Q Kᵀ / √d_k + M) V, written out step by step. Returns (..., T_q, d_v) [, weights]."""
+    P = attention_weights(Q, K, causal)
+    out = attend(P, V)
+    return (out, P) if return_weights else out
+
+
+class SingleHeadAttention(nn.Module):
+    """One head of causal self-attention: X (B, T, d_model) → (B, T, d_v)."""
+
+    def __init__(self, d_model: int, d_k: int, d_v: int | None = None):
+        super().__init__()
+        self.proj = Projections(d_model, d_k, d_v)
+        self.d_model = d_model
+
+    def forward(self, X: torch.Tensor, causal: bool = True, return_weights: bool = False):
+        check_shape(X, "X", "... T d_model", d_model=self.d_model)
+        Q, K, V = self.proj(X)
+        return attention(Q, K, V, causal=causal, return_weights=return_weights)

@@ -1,0 +1,52 @@
+"""Chapter 7: the Transformer block.
+
+Pre-Norm (GPT-2 and most current models):   H = X + Attention(LN₁(X));   X_next = H + MLP(LN₂(H))
+Post-Norm (the 2017 paper):                  H = LN₁(X + Attention(X));   X_next = LN₂(H + MLP(H))
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_positive, check_shape
+from .heads import KVCache, MultiHeadAttention
+
+__all__ = ["MLP", "Block"]
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network: (B, T, d_model) → d_ff → GELU → (B, T, d_model), each position alone."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        check_positive(d_model=d_model, d_ff=d_ff)
+        self.W_1 = nn.Linear(d_model, d_ff)
+        self.W_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.W_2(F.gelu(self.W_1(x)))
+
+
+class Block(nn.Module):
+    """Attention and MLP sublayers, each with a residual addition: x (B, T, d_model) → (B, T, d_model)."""
+
+    def __init__(self, d_model: int, h: int, d_ff: int | None = None, *, norm: str = "pre",
+                 rope: bool = False, backend: str = "sdpa"):
+        super().__init__()
+        if norm not in ("pre", "post"):
+            raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+        self.norm, self.d_model = norm, d_model
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, h, rope=rope, backend=backend)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff)
+
+    def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
+        check_shape(x, "x", "B T d_model", d_model=self.d_model)
+        if self.norm == "pre":
+            H = x + self.attn(self.ln_1(x), causal=causal, cache=cache)
+            return H + self.mlp(self.ln_2(H))
+        H = self.ln_1(x + self.attn(x, causal=causal, cache=cache))
+        return self.ln_2(H + self.mlp(H))

@@ -1,0 +1,100 @@
+"""Chapter 6: multi-head attention.
+
+h heads, each with its own slice of W_Q, W_K, W_V (d_head = d_model / h columns each). One fused
+(d_model → 3·d_model) product computes all of them at once; reshape to (B, T, h, d_head) and transpose
+to (B, h, T, d_head) put every head in its own batch entry. Outputs are concatenated and projected by W_O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_divisible, check_shape
+from .attention import attention, causal_mask
+from .position import apply_rope
+
+__all__ = ["split_heads", "merge_heads", "KVCache", "MultiHeadAttention"]
+
+
+def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, T, d_model) → (B, h, T, d_head). The transpose matters: a plain reshape mixes positions."""
+    d = check_shape(x, "x", "B T d_model")
+    d_head = check_divisible(d["d_model"], h)
+    return x.reshape(d["B"], d["T"], h, d_head).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, T, d_head) → (B, T, h·d_head): heads concatenated side by side for every position."""
+    d = check_shape(x, "x", "B h T d_head")
+    return x.transpose(1, 2).reshape(d["B"], d["T"], d["h"] * d["d_head"])
+
+
+@dataclass
+class KVCache:
+    """K and V of the positions seen so far, each (B, h, T_past, d_head); filled by one layer during generation."""
+
+    K: torch.Tensor | None = None
+    V: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.K is None else self.K.shape[-2]
+
+    def extend(self, K_new: torch.Tensor, V_new: torch.Tensor):
+        """Append the new positions' K and V and return the full (B, h, T_past + T_new, d_head) tensors."""
+        self.K = K_new if self.K is None else torch.cat([self.K, K_new], dim=-2)
+        self.V = V_new if self.V is None else torch.cat([self.V, V_new], dim=-2)
+        return self.K, self.V
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head self-attention: x (B, T, d_model) → (B, T, d_model).
+
+    ``backend="sdpa"`` calls ``torch.nn.functional.scaled_dot_product_attention`` (fast, O(T) memory when a
+    fused kernel is available); ``backend="plain"`` runs the book's step-by-step :func:`attention`, which
+    materialises the (B, h, T, T) weights. ``rope=True`` rotates Q and K by position (chapter 1).
+    """
+
+    def __init__(self, d_model: int, h: int, *, bias: bool = True, rope: bool = False, backend: str = "sdpa"):
+        super().__init__()
+        self.d_head = check_divisible(d_model, h)
+        if backend not in ("sdpa", "plain"):
+            raise ValueError(f"backend must be 'sdpa' or 'plain', got {backend!r}")
+        self.d_model, self.h, self.rope, self.backend = d_model, h, rope, backend
+        self.W_QKV = nn.Linear(d_model, 3 * d_model, bias=bias)   # rows: all of W_Q, then W_K, then W_V
+        self.W_O = nn.Linear(d_model, d_model, bias=bias)
+
+    def qkv(self, x: torch.Tensor, offset: int = 0):
+        """x (B, T, d_model) → Q, K, V, each (B, h, T, d_head), RoPE applied to Q and K if enabled."""
+        Q, K, V = (split_heads(t, self.h) for t in self.W_QKV(x).chunk(3, dim=-1))
+        if self.rope:
+            Q, K = apply_rope(Q, offset), apply_rope(K, offset)
+        return Q, K, V
+
+    def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None,
+                return_weights: bool = False):
+        """x (B, T, d_model) → (B, T, d_model) [, weights (B, h, T, T_k)].
+
+        With ``cache``, x holds only the new positions; their K and V are appended to the cache and the
+        queries attend to every cached position as well.
+        """
+        check_shape(x, "x", "B T d_model", d_model=self.d_model)
+        if x.dtype != self.W_QKV.weight.dtype or x.device != self.W_QKV.weight.device:
+            raise TypeError(f"x is {x.dtype} on {x.device} but the weights are {self.W_QKV.weight.dtype} "
+                            f"on {self.W_QKV.weight.device}; use model.to(...) or x.to(...)")
+        Q, K, V = self.qkv(x, offset=len(cache) if cache is not None else 0)
+        if cache is not None:
+            K, V = cache.extend(K, V)
+        weights = None
+        if self.backend == "plain" or return_weights:
+            out, weights = attention(Q, K, V, causal=causal, return_weights=True)
+        elif causal and K.shape[-2] != Q.shape[-2]:   # cached: queries are the last positions
+            mask = causal_mask(Q.shape[-2], K.shape[-2], dtype=Q.dtype, device=Q.device)
+            out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+        out = self.W_O(merge_heads(out))
+        return (out, weights) if return_weights else out

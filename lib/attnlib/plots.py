@@ -1,0 +1,90 @@
+"""Pictures used by every chapter. Attention tables always put queries on rows and keys on columns."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels"]
+
+
+def labels(pieces: list[str]) -> list[str]:
+    """Readable axis labels: a word-initial space is shown as '▁' so 'the' and ' the' stay distinct."""
+    return [p.replace(" ", "▁") for p in pieces]
+
+
+def _table(W) -> np.ndarray:
+    W = W.detach().cpu().float().numpy() if isinstance(W, torch.Tensor) else np.asarray(W, dtype=float)
+    if W.ndim != 2:
+        raise ValueError(f"expected a (T_q, T_k) table, got shape {W.shape}")
+    return W
+
+
+def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, annotate: bool = True,
+                      vmin: float = 0.0, vmax: float = 1.0):
+    """Draw a (T, T) weight table P: row i = query position i, column j = key position j."""
+    P = _table(P)
+    if len(tokens) != P.shape[0] or P.shape[0] != P.shape[1]:
+        raise ValueError(f"P must be (T, T) with T={len(tokens)} tokens, got {P.shape}")
+    ax = ax or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
+    im = ax.imshow(P, cmap="Blues", vmin=vmin, vmax=vmax)
+    names = labels(tokens)
+    ax.set_xticks(range(len(names)), [f"{j}:{t}" for j, t in enumerate(names)], rotation=60, ha="right")
+    ax.set_yticks(range(len(names)), [f"{i}:{t}" for i, t in enumerate(names)])
+    ax.set_xlabel("key position j (attended to)")
+    ax.set_ylabel("query position i (attending)")
+    if annotate and len(tokens) <= 12:
+        for i in range(P.shape[0]):
+            for j in range(P.shape[1]):
+                ax.text(j, i, f"{P[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if P[i, j] > 0.6 * vmax else "black")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
+    """Draw a mask: white 0 where query i may read key j, grey −∞ where key j is in i's future."""
+    M = _table(M)
+    ax = ax or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
+    blocked = np.isneginf(M)
+    ax.imshow(blocked, cmap="Greys", vmin=0, vmax=1.6)
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            ax.text(j, i, "−∞" if blocked[i, j] else f"{M[i, j]:g}", ha="center", va="center", fontsize=8)
+    names = labels(tokens)
+    ax.set_xticks(range(len(names)), [f"{j}:{t}" for j, t in enumerate(names)], rotation=60, ha="right")
+    ax.set_yticks(range(len(names)), [f"{i}:{t}" for i, t in enumerate(names)])
+    ax.set_xlabel("key position j")
+    ax.set_ylabel("query position i")
+    ax.set_title(title)
+    return ax
+
+
+def heads_grid(P, tokens: list[str], title: str = "", cols: int = 4):
+    """One heatmap per head for weights P (h, T, T); returns the figure."""
+    P = P.detach().cpu() if isinstance(P, torch.Tensor) else torch.as_tensor(P)
+    if P.dim() != 3:
+        raise ValueError(f"P must be (h, T, T), got {tuple(P.shape)}")
+    h = P.shape[0]
+    cols = min(cols, h)
+    rows = -(-h // cols)
+    size = 0.32 * len(tokens) + 1.2
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+    names = labels(tokens)
+    for k, ax in enumerate(axes.flat):
+        if k >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(P[k].numpy(), cmap="Blues", vmin=0, vmax=1)
+        ax.set_title(f"head {k}", fontsize=9)
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+    fig.supxlabel("key position j")
+    fig.supylabel("query position i")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

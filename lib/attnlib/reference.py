@@ -1,0 +1,51 @@
+"""torch's own modules with weights copied from ours, so the library can be checked against code
+nobody here wrote: ``nn.MultiheadAttention`` (chapter 6) and ``nn.TransformerEncoderLayer`` (chapter 7).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .block import Block
+from .heads import MultiHeadAttention
+
+__all__ = ["to_torch_mha", "to_torch_layer"]
+
+
+def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
+    """An ``nn.MultiheadAttention(batch_first=True)`` computing the same function as ``mha``.
+
+    torch keeps the fused (3·d_model, d_model) input weight in the same Q, K, V order as ``W_QKV``.
+    """
+    if mha.rope:
+        raise ValueError("torch's MultiheadAttention has no RoPE; compare a module built with rope=False")
+    w = mha.W_QKV.weight
+    ref = nn.MultiheadAttention(mha.d_model, mha.h, bias=mha.W_QKV.bias is not None, batch_first=True,
+                                dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(w)
+        ref.out_proj.weight.copy_(mha.W_O.weight)
+        if mha.W_QKV.bias is not None:
+            ref.in_proj_bias.copy_(mha.W_QKV.bias)
+            ref.out_proj.bias.copy_(mha.W_O.bias)
+    return ref.eval()
+
+
+def to_torch_layer(block: Block) -> nn.TransformerEncoderLayer:
+    """An ``nn.TransformerEncoderLayer`` (GELU, no dropout) computing the same function as ``block``.
+
+    Call it with a causal mask: ``ref(x, src_mask=causal_mask(T), is_causal=True)``.
+    """
+    w = block.mlp.W_1.weight
+    ref = nn.TransformerEncoderLayer(
+        block.d_model, block.attn.h, dim_feedforward=w.shape[0], dropout=0.0, activation="gelu",
+        batch_first=True, norm_first=block.norm == "pre", dtype=w.dtype, device=w.device)
+    ref.self_attn = to_torch_mha(block.attn)
+    pairs = [(ref.linear1, block.mlp.W_1), (ref.linear2, block.mlp.W_2), (ref.norm1, block.ln_1),
+             (ref.norm2, block.ln_2)]
+    with torch.no_grad():
+        for theirs, ours in pairs:
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+    return ref.eval()

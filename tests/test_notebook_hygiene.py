@@ -1,0 +1,83 @@
+"""Every notebook is stored as executed from a fresh kernel; otherwise nbval would pass it checking nothing."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from conftest import BOOK, ROOT, notebooks, repo_url
+
+NOTEBOOKS = notebooks()
+IDS = [p.name for p in NOTEBOOKS]
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=IDS)
+def nb(request):
+    return nbformat.read(request.param, as_version=4)
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 9, [p.name for p in NOTEBOOKS]
+
+
+def test_valid_nbformat_and_python3_kernel(nb):
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_execution_counts_run_from_one_in_order(nb):
+    counts = [c.execution_count for c in code_cells(nb)]
+    assert counts == list(range(1, len(counts) + 1)), counts
+
+
+def test_outputs_are_stored(nb):
+    cells = code_cells(nb)
+    with_output = [c for c in cells if c.outputs]
+    # The Colab cell prints nothing; nearly every other cell shows something.
+    assert len(with_output) >= len(cells) // 2, f"only {len(with_output)} of {len(cells)} code cells have outputs"
+
+
+def test_no_errors_and_no_warnings_in_outputs(nb):
+    for c in code_cells(nb):
+        for out in c.outputs:
+            assert out.output_type != "error", out.get("ename")
+            if out.output_type == "stream" and out.name == "stderr":
+                pytest.fail(f"stderr output (a warning?) in cell:\n{c.source[:200]}\n---\n{out.text[:500]}")
+
+
+def test_no_paths_of_the_authors_machine(nb):
+    text = nbformat.writes(nb)
+    for pattern in (str(ROOT), "/home/", "/root/", "/tmp/", "site-packages", r"C:\\Users"):
+        assert not re.search(re.escape(pattern) if "\\" not in pattern else pattern, text), pattern
+
+
+def test_first_cell_is_the_hidden_colab_setup_naming_the_configured_repository(nb):
+    first = nb.cells[0]
+    assert first.cell_type == "code" and "remove-cell" in first.metadata.get("tags", [])
+    assert '"google.colab" in sys.modules' in first.source
+    urls = re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", first.source)
+    assert urls == [repo_url()], f"the Colab cell names {urls}, _config.yml names {repo_url()}"
+
+
+def test_library_is_imported_and_set_up_before_anything_else(nb):
+    second = code_cells(nb)[1].source
+    assert "attnlib" in second and "setup()" in second, second
+
+
+def test_no_notebook_hard_codes_a_device(nb):
+    for c in code_cells(nb):
+        assert ".cuda(" not in c.source and "'cuda'" not in c.source and '"cuda"' not in c.source, c.source
+
+
+def test_every_notebook_is_in_the_table_of_contents():
+    toc = (ROOT / "_toc.yml").read_text()
+    for p in NOTEBOOKS:
+        assert f"book/{p.stem}" in toc, p.name
+    for md in BOOK.glob("*.md"):
+        assert f"book/{md.stem}" in toc, md.name
