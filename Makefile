@@ -4,7 +4,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup book test lab bench lint clean
+.PHONY: setup book test lab bench lint figures clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,9 @@ lab: setup  ## open the chapters in JupyterLab
 
 bench: setup  ## the performance benchmarks (quick version)
 	$(BIN)/python benchmarks/run.py --quick
+
+figures: setup  ## redraw the intro's pipeline figure from attnlib.plots.PIPELINE
+	$(BIN)/python -c "from attnlib.plots import save_pipeline; save_pipeline()"
 
 lint: setup
 	$(BIN)/ruff check lib tests benchmarks

@@ -6,7 +6,6 @@ import re
 
 import nbformat
 import pytest
-
 from conftest import BOOK, ROOT, notebooks, repo_url
 
 NOTEBOOKS = notebooks()

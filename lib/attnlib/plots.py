@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels"]
+__all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels", "PIPELINE", "pipeline_figure", "save_pipeline"]
 
 
 def labels(pieces: list[str]) -> list[str]:
@@ -88,3 +88,52 @@ def heads_grid(P, tokens: list[str], title: str = "", cols: int = 4):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+# The path of the course: (chapter, step, shape of its output). One sequence of T tokens, one head shown.
+PIPELINE = [
+    (1, "text → token IDs", "T"),
+    (1, "embedding lookup + position:  X₀", "T × d_model"),
+    (2, "Q = X W_Q,  K = X W_K,  V = X W_V", "T × d_k  (V: T × d_v)"),
+    (3, "scores  S = Q Kᵀ", "T × T"),
+    (3, "scale  S / √d_k", "T × T"),
+    (4, "add the causal mask  M", "T × T"),
+    (5, "softmax over each row:  P", "T × T"),
+    (5, "weighted sum  P V", "T × d_v"),
+    (6, "h heads concatenated, then W_O", "T × d_model"),
+    (7, "residual  H = X + Attention(LN₁(X))", "T × d_model"),
+    (7, "residual  X₁ = H + MLP(LN₂(H))", "T × d_model"),
+    (8, "repeat for L blocks:  X_L", "T × d_model"),
+    (8, "final LayerNorm, output head: logits", "T × vocab_size"),
+]
+
+
+def pipeline_figure():
+    """The whole path as one picture: a box per step, the shape of the data on every arrow."""
+    fig, ax = plt.subplots(figsize=(7.2, 0.62 * len(PIPELINE) + 0.6))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.8, len(PIPELINE) - 0.2)
+    ax.invert_yaxis()
+    ax.axis("off")
+    colours = plt.get_cmap("tab10")
+    for row, (chapter, step, shape) in enumerate(PIPELINE):
+        colour = colours(chapter - 1)
+        ax.add_patch(plt.Rectangle((1.1, row - 0.3), 5.2, 0.6, facecolor=colour, alpha=0.18, edgecolor=colour))
+        ax.text(0.55, row, f"ch. {chapter}", ha="center", va="center", fontsize=9, color=colour, weight="bold")
+        ax.text(1.3, row, step, ha="left", va="center", fontsize=10)
+        if row < len(PIPELINE) - 1:
+            ax.annotate("", xy=(3.7, row + 0.72), xytext=(3.7, row + 0.3),
+                        arrowprops={"arrowstyle": "->", "color": "0.3"})
+        ax.text(6.6, row, shape, ha="left", va="center", fontsize=10, family="monospace", color="0.15")
+    ax.text(6.6, -0.65, "shape of the output", ha="left", fontsize=9, style="italic", color="0.35")
+    ax.text(1.3, -0.65, "step", ha="left", fontsize=9, style="italic", color="0.35")
+    fig.tight_layout()
+    return fig
+
+
+def save_pipeline(path: str = "book/images/pipeline.svg") -> None:
+    """Write the intro's figure as an SVG with real text (searchable, sharp) and no timestamp."""
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnlib"}):
+        fig = pipeline_figure()
+        fig.savefig(path, metadata={"Date": None})
+        plt.close(fig)

@@ -48,8 +48,9 @@ def rope_angles(T: int, d: int, offset: int = 0, base: float = 10000.0) -> torch
     check_positive(T=T, d=d)
     if d % 2:
         raise ValueError(f"RoPE rotates pairs of dimensions, so d must be even, got d={d}")
-    t = torch.arange(offset, offset + T, dtype=torch.float32)[:, None]
-    return t * base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    # float64 so that far positions keep exact angles; callers cast to their own dtype
+    t = torch.arange(offset, offset + T, dtype=torch.float64)[:, None]
+    return t * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
 
 
 def apply_rope(x: torch.Tensor, offset: int = 0) -> torch.Tensor:

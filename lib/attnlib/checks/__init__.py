@@ -1,5 +1,6 @@
 """Exercise checkers, one module per chapter. Each ``check_…(fn)`` returns a :class:`Verdict` and never raises."""
 
+from . import block, embeddings, heads, mask, projections, scaling, softmax, stack
 from ._core import Mistake, Verdict, judge
 from .block import *  # noqa: F401,F403
 from .embeddings import *  # noqa: F401,F403
@@ -10,4 +11,5 @@ from .scaling import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .stack import *  # noqa: F401,F403
 
-__all__ = ["Verdict", "Mistake", "judge"]
+_CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stack)
+__all__ = ["Verdict", "Mistake", "judge"] + [name for m in _CHAPTERS for name in m.__all__]

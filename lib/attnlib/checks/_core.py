@@ -56,6 +56,19 @@ def _close(a, b, atol: float) -> bool:
     return bool(same_nan.all()) and torch.allclose(a, b, atol=atol, rtol=1e-4)
 
 
+def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake]) -> Verdict:
+    """A known mistake that fails in the same way explains the error better than the error alone."""
+    raised = f"your function raised {type(e).__name__}: {e}"
+    for m in mistakes:
+        try:
+            m.wrong(*case)
+        except type(e):
+            return Verdict(False, f"{m.hint} ({raised})", m.label)
+        except Exception:
+            continue
+    return Verdict(False, raised, "error")
+
+
 def judge(fn: Callable, cases: Sequence[tuple], reference: Callable, mistakes: Sequence[Mistake] = (), *,
           success: str = "matches the library on every test input.", atol: float = 1e-5) -> Verdict:
     """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference."""
@@ -68,7 +81,7 @@ def judge(fn: Callable, cases: Sequence[tuple], reference: Callable, mistakes: S
             return Verdict(False, "the function is still the stub: replace `raise NotImplementedError` "
                                   "with your code.", "stub")
         except Exception as e:  # the learner's bug must not crash the checker
-            return Verdict(False, f"your function raised {type(e).__name__}: {e}", "error")
+            return _explain_error(e, case, mistakes)
         want = reference(*case)
         if got is None:
             return Verdict(False, "the function returned None: did you forget `return`?", "none")

@@ -1,0 +1,238 @@
+"""Appendix: what attention costs. FLOP, parameter and memory formulas per stage, and small measuring tools.
+
+Conventions. A multiply-add counts as 2 FLOPs, so X (m, k) @ W (k, n) costs 2·m·k·n. The formulas count matrix
+products only, the way ``torch.utils.flop_counter.FlopCounterMode`` does: bias additions, scaling, masking,
+softmax, GELU and LayerNorm are elementwise work of lower order and are listed separately by
+:func:`elementwise_ops`. The fused attention kernels of ``scaled_dot_product_attention`` are counted as the two
+full (T × T) products even with ``is_causal=True`` (a causal kernel may skip the masked half).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ._validate import check_divisible, check_positive
+
+__all__ = [
+    "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
+    "activation_elements", "count_flops", "sync", "time_fn", "time_interleaved", "peak_memory", "median",
+]
+
+
+def _d_ff(d_model: int, d_ff: int | None) -> int:
+    return 4 * d_model if d_ff is None else d_ff
+
+
+def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
+    """Forward matmul FLOPs of causal multi-head self-attention on x (B, T, d_model), stage by stage.
+
+    qkv 6·B·T·d_model², scores (Q Kᵀ) 2·B·T²·d_model, weights·V 2·B·T²·d_model, W_O 2·B·T·d_model².
+    The number of heads h does not change the count: h heads of d_head = d_model / h columns each.
+    """
+    check_positive(B=B, T=T)
+    check_divisible(d_model, h)
+    return {
+        "qkv": 2 * B * T * d_model * 3 * d_model,
+        "scores": 2 * B * T * T * d_model,
+        "weights_v": 2 * B * T * T * d_model,
+        "W_O": 2 * B * T * d_model * d_model,
+    }
+
+
+def block_flops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
+    """Forward matmul FLOPs of one Transformer block: the attention stages, the MLP (4·B·T·d_model·d_ff), total."""
+    f = attention_flops(B, T, d_model, h)
+    f["mlp"] = 2 * 2 * B * T * d_model * _d_ff(d_model, d_ff)
+    f["block"] = sum(f.values())
+    return f
+
+
+def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d_ff: int | None = None,
+                *, backward: bool = False) -> dict[str, int]:
+    """Forward matmul FLOPs of :class:`attnlib.GPT` on ids (B, T): embedding 0 (a table lookup), L blocks, head.
+
+    With ``backward=True`` the result is forward plus backward: every product A @ B needs two products of the
+    same size backwards (the gradients of A and of B), so the total is 3 × forward.
+    """
+    check_positive(L=L, vocab_size=vocab_size)
+    f = {"embedding": 0, "blocks": L * block_flops(B, T, d_model, h, d_ff)["block"],
+         "head": 2 * B * T * d_model * vocab_size}
+    f["model"] = sum(f.values())
+    if backward:
+        f = {k: 3 * v for k, v in f.items()}
+    return f
+
+
+def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
+    """Rough counts of the elementwise work in one block (not matmuls, so FlopCounterMode counts none of it).
+
+    scale + mask: 2 per score; softmax: about 5 per score (max, subtract, exp, sum, divide); GELU: about 8 per
+    hidden unit; each LayerNorm: about 8 per element.
+    """
+    check_divisible(d_model, h)
+    n_scores = B * h * T * T
+    return {"scale_mask": 2 * n_scores, "softmax": 5 * n_scores,
+            "gelu": 8 * B * T * _d_ff(d_model, d_ff), "layernorms": 2 * 8 * B * T * d_model}
+
+
+def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) -> dict[str, int]:
+    """Parameters of one block: W_QKV and W_O (4·d_model² + biases), MLP (2·d_model·d_ff + biases), 2 LayerNorms."""
+    d_ff = _d_ff(d_model, d_ff)
+    b = 1 if bias else 0
+    p = {
+        "qkv": 3 * d_model * d_model + b * 3 * d_model,
+        "W_O": d_model * d_model + b * d_model,
+        "mlp": 2 * d_model * d_ff + d_ff + d_model,
+        "layernorms": 2 * 2 * d_model,
+    }
+    p["block"] = sum(p.values())
+    return p
+
+
+def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | None = None,
+                 *, pos: str | None = "learned") -> dict[str, int]:
+    """Parameters of :class:`attnlib.GPT`: token table, position table (learned only), L blocks, final LN, head."""
+    p = {
+        "embedding": vocab_size * d_model,
+        "positions": max_T * d_model if pos == "learned" else 0,
+        "blocks": L * block_params(d_model, d_ff)["block"],
+        "ln_f": 2 * d_model,
+        "head": d_model * vocab_size,
+    }
+    p["model"] = sum(p.values())
+    return p
+
+
+def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
+    """Elements of the tensor each stage of one block produces (multiply by bytes per element for memory).
+
+    X₀ and every residual stream (B, T, d_model); Q, K, V together 3·B·T·d_model; the scores S and the
+    weights P (B, h, T, T) each: the only stages that grow with T²; the MLP's hidden layer B·T·d_ff;
+    the K and V a cache keeps for generation, 2·B·T·d_model per block.
+    """
+    check_divisible(d_model, h)
+    return {
+        "X": B * T * d_model,
+        "qkv": 3 * B * T * d_model,
+        "scores": B * h * T * T,
+        "weights": B * h * T * T,
+        "weights_v": B * T * d_model,
+        "W_O": B * T * d_model,
+        "mlp_hidden": B * T * _d_ff(d_model, d_ff),
+        "kv_cache": 2 * B * T * d_model,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """Matmul FLOPs torch counts while running ``fn()`` (torch.utils.flop_counter.FlopCounterMode)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def sync(device=None) -> None:
+    """Wait for queued GPU work, so a timer measures the work and not only its launch."""
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device is not None and device.type == "mps":
+        torch.mps.synchronize()
+
+
+def median(xs) -> float:
+    return statistics.median(xs)
+
+
+def time_fn(fn: Callable[[], object], *, repeat: int = 10, warmup: int = 2, device=None) -> list[float]:
+    """Seconds of each of ``repeat`` calls of ``fn()`` after ``warmup`` untimed calls (GPU-synchronised)."""
+    return time_interleaved({"fn": fn}, repeat=repeat, warmup=warmup, device=device)["fn"]
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], *, repeat: int = 10, warmup: int = 2,
+                     device=None) -> dict[str, list[float]]:
+    """Time several functions in turns A B A B …, so a slow spell of the machine hits all of them alike.
+
+    Returns seconds per call for each name; compare medians, or the median of the ratios of neighbouring calls.
+    """
+    check_positive(repeat=repeat)
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+class _LiveTensors(TorchDispatchMode):
+    """Counts the bytes of every tensor storage an operation creates while the mode is active, until freed."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs: dict = {}
+        self.nbytes: dict = {}
+        self.current = 0
+        self.peak = 0
+
+    def _release(self, key):
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.current -= self.nbytes.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {(t.untyped_storage().data_ptr(), str(t.device))
+                  for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                key = (storage.data_ptr(), str(t.device))
+                if key not in self.refs and key in inputs:
+                    continue   # a view of (or in-place result on) a tensor that existed before: nothing new
+                if key not in self.refs:
+                    self.refs[key] = 0
+                    self.nbytes[key] = storage.nbytes()
+                    self.current += storage.nbytes()
+                    self.peak = max(self.peak, self.current)
+                self.refs[key] += 1
+                weakref.finalize(t, self._release, key)
+        return out
+
+
+def peak_memory(fn: Callable[[], object], device=None) -> int:
+    """Peak bytes of the tensors allocated while ``fn()`` runs, above what was allocated before.
+
+    On CUDA this is ``torch.cuda.max_memory_allocated`` (everything, a kernel's scratch space included). Elsewhere
+    a dispatch mode counts the storage of every tensor an operation returns, from its creation until the tensor
+    is freed: repeatable to the byte, but blind to buffers a kernel allocates and frees inside itself.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    mode = _LiveTensors()
+    with mode:
+        fn()
+    return mode.peak
