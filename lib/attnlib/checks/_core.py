@@ -8,6 +8,7 @@ learner's output matches one of them, the verdict names that mistake. A checker 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import textwrap
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +25,8 @@ class Verdict:
     mistake: str | None = None
 
     def __repr__(self) -> str:
-        return ("✅ correct: " if self.ok else "❌ not yet: ") + self.message
+        text = ("✅ correct: " if self.ok else "❌ not yet: ") + self.message
+        return textwrap.fill(text, width=88, subsequent_indent="   ", break_on_hyphens=False)
 
     __str__ = __repr__
 
