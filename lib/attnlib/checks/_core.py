@@ -7,8 +7,8 @@ learner's output matches one of them, the verdict names that mistake. A checker 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
