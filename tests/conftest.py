@@ -1,4 +1,4 @@
-"""Shared paths and helpers for the test suite."""
+"""Shared paths and small functions for the test suite."""
 
 from __future__ import annotations
 

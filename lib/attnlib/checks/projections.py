@@ -1,5 +1,169 @@
-"""Exercise checkers for the projections chapter."""
+"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V)."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import torch
+
+from ..projections import project
+from ._core import Mistake, Verdict, judge
+
+__all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv"]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------------
+# nn.Linear by hand: y = x @ weight.T + bias, with weight stored as (out, in).
+
+def _linear_cases() -> list[tuple]:
+    g = _gen(20)
+    # The first case is square (in == out), so forgetting the transpose runs and gives wrong numbers;
+    # the second is not, so the same mistake would fail with a shape error.
+    square = (torch.randn(5, 4, generator=g), torch.randn(4, 4, generator=g), torch.randn(4, generator=g))
+    wide = (torch.randn(2, 3, 6, generator=g), torch.randn(3, 6, generator=g), torch.randn(3, generator=g))
+    return [square, wide]
+
+
+def _linear_reference(x, weight, bias):
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+_LINEAR_MISTAKES = [
+    Mistake("no-transpose",
+            "you multiplied by `weight` itself. nn.Linear stores its weight as (out, in); "
+            "the book's W is (in, out) = weight.T, so use `x @ weight.T + bias`.",
+            lambda x, weight, bias: x @ weight + bias),
+    Mistake("no-bias",
+            "the matrix product is right, but nn.Linear also adds its bias: `x @ weight.T + bias`.",
+            lambda x, weight, bias: x @ weight.T),
+    Mistake("no-transpose-no-bias",
+            "two things are missing: the weight is stored as (out, in), so use `weight.T`, "
+            "and the bias must be added.",
+            lambda x, weight, bias: x @ weight),
+]
+
+
+def check_linear_by_hand(fn) -> Verdict:
+    """``fn(x, weight, bias)`` with x (..., d_in), weight (d_out, d_in), bias (d_out,) → (..., d_out)."""
+    return judge(fn, _linear_cases(), _linear_reference, _LINEAR_MISTAKES,
+                 success="your function reproduces nn.Linear: y = x @ weight.T + bias.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Splitting a fused projection: X @ W_QKV with W_QKV = [W_Q | W_K | W_V] of shape (d_model, 3·d_k).
+
+def _fused_cases() -> list[tuple]:
+    g = _gen(21)
+    return [
+        (torch.randn(5, 6, generator=g), torch.randn(6, 3 * 4, generator=g), 4),
+        (torch.randn(2, 3, 8, generator=g), torch.randn(8, 3 * 2, generator=g), 2),
+    ]
+
+
+def _fused_reference(X, W_QKV, d_k):
+    return tuple(project(X, W_QKV).split(d_k, dim=-1))
+
+
+def _interleaved(X, W_QKV, d_k):
+    QKV = X @ W_QKV
+    return tuple(QKV.reshape(*QKV.shape[:-1], d_k, 3).unbind(-1))
+
+
+_FUSED_MISTAKES = [
+    Mistake("order",
+            "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the "
+            "first d_k columns of X @ W_QKV are Q, the next d_k are K, the last are V.",
+            lambda X, W_QKV, d_k: tuple((X @ W_QKV).split(d_k, dim=-1)[i] for i in (1, 0, 2))),
+    Mistake("reversed",
+            "your Q is V and your V is Q: the blocks of columns are [Q | K | V], read left to right.",
+            lambda X, W_QKV, d_k: tuple((X @ W_QKV).split(d_k, dim=-1)[::-1])),
+    Mistake("interleaved",
+            "you reshaped the last axis to (d_k, 3), which takes every third column. The three matrices sit "
+            "side by side in blocks of d_k columns: use `.split(d_k, dim=-1)` (or reshape to (3, d_k)).",
+            _interleaved),
+]
+
+
+def check_split_fused(fn) -> Verdict:
+    """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
+    return judge(fn, _fused_cases(), _fused_reference, _FUSED_MISTAKES,
+                 success="one product, split into blocks of d_k columns, gives Q, K and V.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Cross-attention: K and V come from the other sequence X_kv, not from the queries' sequence X.
+
+def _cross_cases() -> list[tuple]:
+    g = _gen(22)
+    d_model, d = 6, 4
+    return [
+        (torch.randn(3, d_model, generator=g), torch.randn(5, d_model, generator=g),
+         torch.randn(d_model, d, generator=g), torch.randn(d_model, d, generator=g)),
+        (torch.randn(2, 4, d_model, generator=g), torch.randn(2, 7, d_model, generator=g),
+         torch.randn(d_model, d, generator=g), torch.randn(d_model, d, generator=g)),
+    ]
+
+
+def _cross_reference(X, X_kv, W_K, W_V):
+    return project(X_kv, W_K), project(X_kv, W_V)
+
+
+_CROSS_MISTAKES = [
+    Mistake("kv-from-queries",
+            "you projected K and V from X, the queries' sequence. In cross-attention the queries come from X, "
+            "but keys and values come from the other sequence: use X_kv for both.",
+            lambda X, X_kv, W_K, W_V: (X @ W_K, X @ W_V)),
+    Mistake("k-from-queries",
+            "V is right, but K was projected from X. Keys and values describe the same positions, so both "
+            "come from X_kv.",
+            lambda X, X_kv, W_K, W_V: (X @ W_K, X_kv @ W_V)),
+    Mistake("v-from-queries",
+            "K is right, but V was projected from X. The values carried must belong to the positions the keys "
+            "describe: project V from X_kv too.",
+            lambda X, X_kv, W_K, W_V: (X_kv @ W_K, X @ W_V)),
+    Mistake("swapped-weights",
+            "K and V are swapped: K uses W_K and V uses W_V (return them in the order K, V).",
+            lambda X, X_kv, W_K, W_V: (X_kv @ W_V, X_kv @ W_K)),
+]
+
+
+def _packed(f):
+    """Join a pair of tensors of different shapes into one flat tensor, so the pair can be compared as a whole.
+
+    (Pairs of equal shapes are left as they are; the core compares those itself.)
+    """
+    def run(*args):
+        out = f(*args)
+        if (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)
+                and out[0].shape != out[1].shape):
+            return torch.cat([t.reshape(-1) for t in out])
+        return out
+    return run
+
+
+def _shapes(out) -> str:
+    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        return ", ".join(str(tuple(t.shape)) for t in out)
+    return type(out).__name__
+
+
+def check_cross_kv(fn) -> Verdict:
+    """``fn(X, X_kv, W_K, W_V)`` with X (..., T, d_model), X_kv (..., T_kv, d_model) → K, V (..., T_kv, d_k)."""
+    if not callable(fn):
+        return judge(fn, [], _cross_reference)
+    cases = _cross_cases()
+    mistakes = [Mistake(m.label, m.hint, _packed(m.wrong)) for m in _CROSS_MISTAKES]
+    verdict = judge(_packed(fn), cases, _packed(_cross_reference), mistakes,
+                    success="K and V come from X_kv, so they have T_kv rows, whatever the length of X.")
+    if verdict.mistake == "shape":   # say which shapes came back, not the shape of the joined tensor
+        for case in cases:
+            try:
+                got, want = fn(*[c.clone() for c in case]), _cross_reference(*case)
+            except Exception:  # the learner's bug must not crash the checker
+                break
+            if _shapes(got) != _shapes(want):
+                return Verdict(False, f"K and V should have shapes {_shapes(want)} (T_kv rows each), "
+                                      f"got {_shapes(got)}.", "shape")
+    return verdict

@@ -1,0 +1,166 @@
+"""The projections chapter's checkers accept the solutions and name each planted mistake."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlib.checks import check_cross_kv, check_linear_by_hand, check_split_fused
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# ---- nn.Linear by hand -------------------------------------------------------------------------
+
+def linear_right(x, weight, bias):
+    return x @ weight.T + bias
+
+
+def linear_no_transpose(x, weight, bias):
+    return x @ weight + bias
+
+
+def linear_no_bias(x, weight, bias):
+    return x @ weight.T
+
+
+def linear_neither(x, weight, bias):
+    return x @ weight
+
+
+# ---- splitting a fused projection --------------------------------------------------------------
+
+def fused_right(X, W_QKV, d_k):
+    Q, K, V = (X @ W_QKV).split(d_k, dim=-1)
+    return Q, K, V
+
+
+def fused_order(X, W_QKV, d_k):
+    K, Q, V = (X @ W_QKV).split(d_k, dim=-1)   # Q and K read from the wrong blocks
+    return Q, K, V
+
+
+def fused_reversed(X, W_QKV, d_k):
+    V, K, Q = (X @ W_QKV).split(d_k, dim=-1)
+    return Q, K, V
+
+
+def fused_interleaved(X, W_QKV, d_k):
+    QKV = X @ W_QKV
+    Q, K, V = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
+    return Q, K, V
+
+
+# ---- cross-attention K and V -------------------------------------------------------------------
+
+def cross_right(X, X_kv, W_K, W_V):
+    return X_kv @ W_K, X_kv @ W_V
+
+
+def cross_from_queries(X, X_kv, W_K, W_V):
+    return X @ W_K, X @ W_V
+
+
+def cross_k_from_queries(X, X_kv, W_K, W_V):
+    return X @ W_K, X_kv @ W_V
+
+
+def cross_v_from_queries(X, X_kv, W_K, W_V):
+    return X_kv @ W_K, X @ W_V
+
+
+def cross_swapped(X, X_kv, W_K, W_V):
+    return X_kv @ W_V, X_kv @ W_K
+
+
+CASES = [
+    (check_linear_by_hand, linear_right, [
+        (linear_no_transpose, "no-transpose"),
+        (linear_no_bias, "no-bias"),
+        (linear_neither, "no-transpose-no-bias"),
+    ]),
+    (check_split_fused, fused_right, [
+        (fused_order, "order"),
+        (fused_reversed, "reversed"),
+        (fused_interleaved, "interleaved"),
+    ]),
+    (check_cross_kv, cross_right, [
+        (cross_from_queries, "kv-from-queries"),
+        (cross_k_from_queries, "k-from-queries"),
+        (cross_v_from_queries, "v-from-queries"),
+        (cross_swapped, "swapped-weights"),
+    ]),
+]
+
+SOLUTIONS = [(c, s) for c, s, _ in CASES]
+MISTAKES = [(c, w, label) for c, _, ws in CASES for w, label in ws]
+
+
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
+def test_solution_is_accepted(check, solution):
+    verdict = check(solution)
+    assert verdict.ok, verdict
+    assert verdict.mistake is None
+    assert str(verdict).startswith("✅ correct")
+
+
+@pytest.mark.parametrize("check, wrong, label", MISTAKES, ids=lambda x: getattr(x, "__name__", x))
+def test_planted_mistake_is_named(check, wrong, label):
+    verdict = check(wrong)
+    assert not verdict.ok
+    assert verdict.mistake == label, verdict
+    assert str(verdict).startswith("❌ not yet")
+
+
+@pytest.mark.parametrize("check", [c for c, _, _ in CASES], ids=lambda c: c.__name__)
+def test_stub_is_recognised(check):
+    verdict = check(stub)
+    assert not verdict.ok and verdict.mistake == "stub"
+    assert "still the stub" in verdict.message
+
+
+@pytest.mark.parametrize("check", [c for c, _, _ in CASES], ids=lambda c: c.__name__)
+def test_checker_never_raises(check):
+    def crashes(*args):
+        raise RuntimeError("boom")
+
+    assert check(crashes).mistake == "error"
+    assert check(lambda *args: None).mistake == "none"
+    assert check(42).mistake == "not-callable"
+
+
+def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
+    # On every case, each mistake's output must differ from the reference and from every other mistake
+    # that runs, or the checker could not tell them apart.
+    from attnlib.checks import _core
+    from attnlib.checks import projections as P
+
+    groups = [
+        (P._linear_cases(), P._linear_reference, P._LINEAR_MISTAKES),
+        (P._fused_cases(), P._fused_reference, P._FUSED_MISTAKES),
+        (P._cross_cases(), P._cross_reference, P._CROSS_MISTAKES),
+    ]
+    for cases, reference, mistakes in groups:
+        case = cases[0]
+        outs = [reference(*case)] + [m.wrong(*case) for m in mistakes]
+        for i in range(len(outs)):
+            for j in range(i + 1, len(outs)):
+                assert not _core._close(outs[i], outs[j], 1e-5), (i, j)
+
+
+def test_cross_kv_solution_has_T_kv_rows():
+    g = torch.Generator().manual_seed(0)
+    X, X_kv, W = torch.randn(3, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(6, 4, generator=g)
+    K, V = cross_right(X, X_kv, W, W)
+    assert K.shape == V.shape == (5, 4)
+
+
+def test_cross_kv_names_the_shapes_that_came_back():
+    def narrow_values(X, X_kv, W_K, W_V):
+        return X_kv @ W_K, (X_kv @ W_V)[..., :2]
+
+    verdict = check_cross_kv(narrow_values)
+    assert verdict.mistake == "shape"
+    assert "(5, 4), (5, 4)" in verdict.message and "(5, 4), (5, 2)" in verdict.message

@@ -1,0 +1,144 @@
+"""The scaling chapter's checkers accept the solutions and name each planted mistake."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from attnlib.checks import check_head_scores, check_scaled_scores
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# ---- S / √d_k from Q and K ---------------------------------------------------------------------
+
+def scores_right(Q, K):
+    return Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+
+
+def scores_by_d_k(Q, K):
+    return Q @ K.transpose(-2, -1) / Q.shape[-1]
+
+
+def scores_unscaled(Q, K):
+    return Q @ K.transpose(-2, -1)
+
+
+def scores_no_transpose(Q, K):
+    return Q @ K / math.sqrt(Q.shape[-1])
+
+
+def scores_keys_on_rows(Q, K):
+    return K @ Q.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+
+
+def scores_times_sqrt(Q, K):
+    return Q @ K.transpose(-2, -1) * Q.shape[-1] ** 0.5
+
+
+# ---- scaled scores from X ----------------------------------------------------------------------
+
+def head_right(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_K
+    return Q @ K.transpose(-2, -1) / math.sqrt(W_Q.shape[1])
+
+
+def head_sqrt_d_model(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_K
+    return Q @ K.transpose(-2, -1) / math.sqrt(X.shape[-1])
+
+
+def head_by_d_k(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_K
+    return Q @ K.transpose(-2, -1) / W_Q.shape[1]
+
+
+def head_unscaled(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_K
+    return Q @ K.transpose(-2, -1)
+
+
+def head_same_weights(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_Q
+    return Q @ K.transpose(-2, -1) / math.sqrt(W_Q.shape[1])
+
+
+CASES = [
+    (check_scaled_scores, scores_right, [
+        (scores_by_d_k, "divide-by-d_k"),
+        (scores_unscaled, "no-scale"),
+        (scores_no_transpose, "no-transpose"),
+        (scores_keys_on_rows, "transposed-table"),
+        (scores_times_sqrt, "multiply-by-sqrt"),
+    ]),
+    (check_head_scores, head_right, [
+        (head_sqrt_d_model, "sqrt-d_model"),
+        (head_by_d_k, "divide-by-d_k"),
+        (head_unscaled, "no-scale"),
+        (head_same_weights, "same-weights"),
+    ]),
+]
+
+SOLUTIONS = [(c, s) for c, s, _ in CASES]
+MISTAKES = [(c, w, label) for c, _, ws in CASES for w, label in ws]
+
+
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
+def test_solution_is_accepted(check, solution):
+    verdict = check(solution)
+    assert verdict.ok, verdict
+    assert verdict.mistake is None
+    assert str(verdict).startswith("✅ correct")
+
+
+@pytest.mark.parametrize("check, wrong, label", MISTAKES, ids=lambda x: getattr(x, "__name__", x))
+def test_planted_mistake_is_named(check, wrong, label):
+    verdict = check(wrong)
+    assert not verdict.ok
+    assert verdict.mistake == label, verdict
+    assert str(verdict).startswith("❌ not yet")
+
+
+@pytest.mark.parametrize("check", [c for c, _, _ in CASES], ids=lambda c: c.__name__)
+def test_stub_is_recognised(check):
+    verdict = check(stub)
+    assert not verdict.ok and verdict.mistake == "stub"
+    assert "still the stub" in verdict.message
+
+
+@pytest.mark.parametrize("check", [c for c, _, _ in CASES], ids=lambda c: c.__name__)
+def test_checker_never_raises(check):
+    def crashes(*args):
+        raise RuntimeError("boom")
+
+    assert check(crashes).mistake == "error"
+    assert check(lambda *args: None).mistake == "none"
+    assert check("not a function").mistake == "not-callable"
+
+
+def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
+    from attnlib.checks import _core
+    from attnlib.checks import scaling as S
+
+    groups = [
+        (S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES),
+        (S._head_cases(), S._head_reference, S._HEAD_MISTAKES),
+    ]
+    for cases, reference, mistakes in groups:
+        case = cases[0]
+        outs = [reference(*case)] + [m.wrong(*case) for m in mistakes]
+        for i in range(len(outs)):
+            for j in range(i + 1, len(outs)):
+                assert not _core._close(outs[i], outs[j], 1e-5), (i, j)
+
+
+def test_forgetting_the_transpose_fails_on_shapes_when_d_k_differs_from_T():
+    from attnlib.checks import scaling as S
+
+    Q, K = S._scores_cases()[1]
+    assert Q.shape[-1] != Q.shape[-2]
+    with pytest.raises(RuntimeError):
+        scores_no_transpose(Q, K)
