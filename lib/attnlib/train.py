@@ -5,10 +5,29 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ._validate import check_positive
 
-__all__ = ["random_batch", "train", "evaluate"]
+__all__ = ["next_token_windows", "random_batch", "train", "evaluate", "evaluate_prefix"]
+
+
+def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
+    """Inputs (B, T) = data[s : s+T] and targets (B, T) = data[s+1 : s+T+1] for every start s in starts (B,).
+
+    The target at position i is the token that comes right after input position i: the same window
+    shifted by one to the left.
+    """
+    check_positive(T=T)
+    if not isinstance(data, torch.Tensor) or data.dim() != 1:
+        raise ValueError(f"data must be a 1-D tensor of token IDs (N,), got {getattr(data, 'shape', type(data))}")
+    if not isinstance(starts, torch.Tensor) or starts.dim() != 1 or starts.is_floating_point():
+        raise ValueError(f"starts must be a 1-D integer tensor (B,), got {getattr(starts, 'shape', type(starts))}")
+    if starts.numel() and (int(starts.min()) < 0 or int(starts.max()) + T + 1 > data.numel()):
+        raise ValueError(f"every start s needs 0 <= s and s + T + 1 <= N={data.numel()} (T={T}), "
+                         f"got starts from {int(starts.min())} to {int(starts.max())}")
+    idx = starts[:, None] + torch.arange(T)
+    return data[idx], data[idx + 1]
 
 
 def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator):
@@ -17,8 +36,7 @@ def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator)
     if data.dim() != 1 or data.numel() <= T:
         raise ValueError(f"data must be a 1-D tensor longer than T={T}, got shape {tuple(data.shape)}")
     start = torch.randint(0, data.numel() - T, (B,), generator=generator)
-    idx = start[:, None] + torch.arange(T)
-    return data[idx], data[idx + 1]
+    return next_token_windows(data, start, T)
 
 
 def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 32, lr: float = 3e-3,
@@ -52,4 +70,22 @@ def evaluate(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batches: in
     for _ in range(batches):
         x, y = (t.to(device) for t in random_batch(data, T, B, g))
         total += model.loss(x, y).item()
+    return total / batches
+
+
+@torch.no_grad()
+def evaluate_prefix(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batches: int = 8, seed: int = 1) -> float:
+    """Mean loss when the prediction for position i is computed from tokens 0..i alone (one forward per prefix).
+
+    The windows are those of :func:`evaluate` with the same arguments. This is how a model is used when it
+    generates: the future does not exist yet. For a causal model it equals :func:`evaluate`; a model
+    trained without the mask loses the future it learned to copy from.
+    """
+    g = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    total = 0.0
+    for _ in range(batches):
+        x, y = (t.to(device) for t in random_batch(data, T, B, g))
+        logits = torch.stack([model(x[:, :i + 1])[:, -1] for i in range(T)], dim=1)   # (B, T, vocab_size)
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
     return total / batches
