@@ -22,3 +22,25 @@ def config() -> dict:
 def repo_url() -> str:
     """The repository URL: kept in _config.yml only."""
     return config()["repository"]["url"]
+
+
+def assert_accepted(verdict) -> None:
+    """A checker's verdict on a correct answer."""
+    assert verdict.ok and verdict.mistake is None, verdict
+    assert repr(verdict).startswith("✅ correct")
+
+
+def assert_named(verdict, label: str) -> None:
+    """A checker's verdict on a planted mistake: rejected, and recognised as that mistake."""
+    assert not verdict.ok and verdict.mistake == label, (label, verdict)
+    assert repr(verdict).startswith("❌ not yet")
+
+
+def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
+    """On ``case``, the answer and every planted mistake give pairwise different outputs, so each can be named."""
+    from attnlib.checks._core import _close
+
+    outs = [reference(*case)] + [m.wrong(*case) for m in mistakes]
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):
+            assert not _close(outs[i], outs[j], 1e-5), (i, j)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from attnlib import (
     GPT,
     Block,
@@ -19,7 +21,6 @@ from attnlib import (
     split_heads,
 )
 from attnlib.reference import to_torch_layer, to_torch_mha
-from torch import nn
 
 DTYPES = [torch.float32, torch.float64]
 SHAPES = [(1, 1, 8, 1), (2, 5, 16, 4), (3, 17, 32, 8), (2, 64, 48, 6)]   # (B, T, d_model, h)

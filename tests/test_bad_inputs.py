@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
+
 from attnlib import (
     GPT,
     Block,

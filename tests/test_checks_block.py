@@ -140,10 +140,3 @@ def test_block_checker_leaves_the_global_random_state_alone():
     torch.manual_seed(123)
     check_pre_norm_block(block_ok)
     assert torch.equal(torch.rand(3), want)
-
-
-@pytest.mark.parametrize("check", [check_layer_norm, check_mlp, check_pre_norm_block])
-def test_checkers_never_raise(check):
-    for bad in (lambda *a: 1 / 0, lambda *a: None, lambda *a: "text", 42):
-        v = check(bad)
-        assert not v.ok and v.message

@@ -5,11 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from attnlib.checks import Verdict, check_embed, check_rotate_pairs, check_sinusoidal, judge
-
-
-def stub(*args):
-    raise NotImplementedError
 
 
 def sinusoid(T, d, *, swap=False, pair_index=False, grow=False):
@@ -52,14 +49,11 @@ CASES = [
 
 
 @pytest.mark.parametrize("checker,solution,mistakes", CASES, ids=[c[0].__name__ for c in CASES])
-def test_checker_accepts_solution_names_mistakes_and_flags_the_stub(checker, solution, mistakes):
+def test_checker_accepts_the_solution_and_names_each_mistake(checker, solution, mistakes):
     assert checker(solution).ok
     for label, wrong in mistakes.items():
         verdict = checker(wrong)
         assert not verdict.ok and verdict.mistake == label, (label, verdict)
-    assert checker(stub).mistake == "stub"
-    assert checker(lambda *a: None).mistake == "none"
-    assert checker(42).mistake == "not-callable"
 
 
 def test_the_one_hot_product_is_an_accepted_embedding():

@@ -137,10 +137,3 @@ def test_multi_head_solution_is_accepted(fn):
 def test_multi_head_mistakes_are_named(fn, label):
     v = check_multi_head(fn)
     assert not v.ok and v.mistake == label, v
-
-
-@pytest.mark.parametrize("check", [check_split_heads, check_merge_heads, check_multi_head])
-def test_checkers_never_raise(check):
-    for bad in (lambda *a: 1 / 0, lambda *a: None, lambda *a: "text", 42):
-        v = check(bad)
-        assert not v.ok and v.message

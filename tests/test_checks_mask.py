@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from attnlib.checks import check_causal_mask, check_masked_weights
 
 NEG_INF = float("-inf")
@@ -138,18 +139,6 @@ def test_masked_weights_solutions_pass(fn):
 ])
 def test_masked_weights_mistakes_are_named(fn, label):
     v = check_masked_weights(fn)
-    assert not v.ok and v.mistake == label, v
-
-
-@pytest.mark.parametrize("check", [check_causal_mask, check_masked_weights])
-@pytest.mark.parametrize("fn, label", [
-    (lambda x: None, "none"),
-    (lambda x: 1 / 0, "error"),
-    (lambda x: "M", "type"),
-    ("not a function", "not-callable"),
-])
-def test_checkers_never_raise(check, fn, label):
-    v = check(fn)
     assert not v.ok and v.mistake == label, v
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from attnlib.checks import check_attention_output, check_stable_softmax
 
 # ---- check_stable_softmax: fn(z) -> softmax along the last axis -----------------------------------------
@@ -140,18 +141,6 @@ def test_attention_output_solutions_pass(fn):
 ])
 def test_attention_output_mistakes_are_named(fn, label):
     v = check_attention_output(fn)
-    assert not v.ok and v.mistake == label, v
-
-
-@pytest.mark.parametrize("check", [check_stable_softmax, check_attention_output])
-@pytest.mark.parametrize("fn, label", [
-    (lambda *a: None, "none"),
-    (lambda *a: 1 / 0, "error"),
-    (lambda *a: [1, 2], "type"),
-    (42, "not-callable"),
-])
-def test_checkers_never_raise(check, fn, label):
-    v = check(fn)
     assert not v.ok and v.mistake == label, v
 
 

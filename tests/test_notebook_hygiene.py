@@ -6,6 +6,7 @@ import re
 
 import nbformat
 import pytest
+
 from conftest import BOOK, ROOT, notebooks, repo_url
 
 NOTEBOOKS = notebooks()
@@ -72,6 +73,8 @@ def test_library_is_imported_and_set_up_before_anything_else(nb):
 def test_no_notebook_hard_codes_a_device(nb):
     for c in code_cells(nb):
         assert ".cuda(" not in c.source and "'cuda'" not in c.source and '"cuda"' not in c.source, c.source
+        # also "cuda:0", "mps", .mps(): the device comes from setup() only
+        assert not re.search(r"""["'](cuda|mps)(:\d+)?["']|\.mps\(""", c.source), c.source
 
 
 def test_every_notebook_is_in_the_table_of_contents():

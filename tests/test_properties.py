@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
-from attnlib import GPT, Block, MultiHeadAttention, apply_rope, attention, attention_weights
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from attnlib import GPT, Block, MultiHeadAttention, apply_rope, attention, attention_weights
 
 settings.register_profile("course", max_examples=25, deadline=None, derandomize=True)
 settings.load_profile("course")

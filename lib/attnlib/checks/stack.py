@@ -83,8 +83,12 @@ _BUILD_MISTAKES = [
 
 def check_build_blocks(fn) -> Verdict:
     """Check ``fn(L, d_model, h)`` returns L independent Blocks: distinct objects, no parameter tensor shared."""
+    if not callable(fn):
+        return judge(fn, [], None)
+
     def summary(L, d_model, h):
-        return _stack_summary(fn(L, d_model, h))
+        blocks = fn(L, d_model, h)
+        return None if blocks is None else _stack_summary(blocks)
 
     with torch.random.fork_rng():                     # building blocks must not move the learner's random state
         return judge(summary, [(3, 16, 4), (2, 8, 2)], lambda L, d, h: _stack_summary(_independent(L, d, h)),
