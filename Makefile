@@ -4,7 +4,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup book test lab bench lint figures clean
+.PHONY: setup book test lab bench lint figures screenshots clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,9 @@ bench: setup  ## the performance benchmarks (quick version)
 
 figures: setup  ## redraw the intro's pipeline figure from attnlib.plots.PIPELINE
 	$(BIN)/python -c "from attnlib.plots import save_pipeline; save_pipeline()"
+
+screenshots: setup  ## retake the screenshots shown on book/how_to_use.md (after the chapters change)
+	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist tests/test_rendered_book.py -k screenshot
 
 lint: setup
 	$(BIN)/ruff check lib tests benchmarks

@@ -22,7 +22,7 @@ from ._validate import check_divisible, check_positive
 
 __all__ = [
     "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
-    "activation_elements", "count_flops", "sync", "time_fn", "time_interleaved", "peak_memory", "median",
+    "activation_elements", "count_flops", "ops_called", "sync", "time_fn", "time_interleaved", "peak_memory", "median",
 ]
 
 
@@ -140,6 +140,25 @@ def count_flops(fn: Callable[[], object]) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
+
+
+def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", "softmax")) -> list[str]:
+    """Names of the aten operators ``fn()`` runs whose name contains one of ``match``, in order of first use.
+
+    It shows which kernel does the work, e.g. ``_scaled_dot_product_flash_attention_for_cpu``.
+    """
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket.__name__)
+            if any(m in name for m in match) and name not in seen:
+                seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        fn()
+    return seen
 
 
 def sync(device=None) -> None:

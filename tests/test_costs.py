@@ -1,0 +1,149 @@
+"""The cost formulas of attnlib.costs agree with what torch counts and with the tensors the library makes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attnlib import GPT, Block, MultiHeadAttention
+from attnlib.costs import (
+    activation_elements,
+    attention_flops,
+    block_flops,
+    block_params,
+    count_flops,
+    elementwise_ops,
+    model_flops,
+    model_params,
+    ops_called,
+    peak_memory,
+    time_fn,
+    time_interleaved,
+)
+
+SHAPES = [(1, 5, 16, 4), (2, 16, 32, 4), (3, 9, 24, 3)]
+
+
+@pytest.mark.parametrize("B, T, d_model, h", SHAPES)
+def test_attention_flops_match_torch_flop_counter(B, T, d_model, h):
+    torch.manual_seed(0)
+    x = torch.randn(B, T, d_model)
+    mha = MultiHeadAttention(d_model, h, backend="plain")
+    f = attention_flops(B, T, d_model, h)
+    assert count_flops(lambda: mha(x)) == sum(f.values())
+    assert count_flops(lambda: mha.W_QKV(x)) == f["qkv"]
+    Q, K, V = mha.qkv(x)
+    assert count_flops(lambda: Q @ K.transpose(-2, -1)) == f["scores"]
+    assert count_flops(lambda: mha.W_O(x)) == f["W_O"]
+
+
+@pytest.mark.parametrize("B, T, d_model, h", SHAPES)
+def test_sdpa_math_backend_is_counted_as_the_two_full_products(B, T, d_model, h):
+    torch.manual_seed(0)
+    x = torch.randn(B, T, d_model)
+    mha = MultiHeadAttention(d_model, h, backend="sdpa")
+    with sdpa_kernel(SDPBackend.MATH):
+        assert count_flops(lambda: mha(x)) == sum(attention_flops(B, T, d_model, h).values())
+
+
+@pytest.mark.parametrize("d_ff", [None, 24])
+def test_block_flops_match_torch_flop_counter(d_ff):
+    B, T, d_model, h = 2, 7, 16, 4
+    block = Block(d_model, h, d_ff, backend="plain")
+    x = torch.randn(B, T, d_model)
+    f = block_flops(B, T, d_model, h, d_ff)
+    assert count_flops(lambda: block(x)) == f["block"]
+    assert count_flops(lambda: block.mlp(x)) == f["mlp"]
+
+
+def test_model_flops_forward_and_backward_match_torch_flop_counter():
+    B, T, d_model, h, L, V = 2, 8, 16, 2, 3, 11
+    torch.manual_seed(0)
+    model = GPT(V, d_model, h, L, max_T=T, backend="plain")
+    ids = torch.randint(0, V, (B, T))
+    assert count_flops(lambda: model(ids)) == model_flops(B, T, d_model, h, L, V)["model"]
+    assert count_flops(lambda: model.loss(ids, ids).backward()) == model_flops(B, T, d_model, h, L, V,
+                                                                               backward=True)["model"]
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", None])
+def test_parameter_formulas_match_the_modules(pos):
+    model = GPT(13, 16, 4, 2, d_ff=20, max_T=10, pos=pos)
+    p = model_params(13, 16, 2, 10, d_ff=20, pos=pos)
+    assert sum(t.numel() for t in model.parameters()) == p["model"]
+    assert sum(t.numel() for t in model.blocks[0].parameters()) == block_params(16, 20)["block"]
+    mha = model.blocks[0].attn
+    assert mha.W_QKV.weight.numel() + mha.W_QKV.bias.numel() == block_params(16, 20)["qkv"]
+
+
+def test_activation_formulas_match_tensor_sizes():
+    B, T, d_model, h = 2, 6, 16, 4
+    mha = MultiHeadAttention(d_model, h)
+    x = torch.randn(B, T, d_model)
+    a = activation_elements(B, T, d_model, h)
+    _, P = mha(x, return_weights=True)
+    assert P.numel() == a["weights"] == a["scores"]
+    assert sum(t.numel() for t in mha.qkv(x)) == a["qkv"]
+    assert mha(x).numel() == a["W_O"] == a["X"]
+    assert Block(d_model, h).mlp.W_1(x).numel() == a["mlp_hidden"]
+    model = GPT(7, d_model, h, L=1, max_T=T + 1)
+    from attnlib import KVCache
+    cache = KVCache()
+    model(torch.zeros(B, T, dtype=torch.long), [cache])
+    assert cache.K.numel() + cache.V.numel() == a["kv_cache"]
+
+
+def test_elementwise_work_is_quadratic_in_T_for_scores_only():
+    small, big = elementwise_ops(1, 10, 16, 4), elementwise_ops(1, 20, 16, 4)
+    assert big["softmax"] == 4 * small["softmax"] and big["gelu"] == 2 * small["gelu"]
+
+
+def test_flops_do_not_depend_on_the_number_of_heads():
+    assert attention_flops(2, 8, 16, 1) == attention_flops(2, 8, 16, 4) == attention_flops(2, 8, 16, 16)
+
+
+def test_bad_sizes_are_rejected():
+    with pytest.raises(ValueError, match="not divisible"):
+        attention_flops(1, 4, 10, 3)
+    with pytest.raises(ValueError, match="T must be a positive integer"):
+        attention_flops(1, 0, 8, 2)
+
+
+def test_peak_memory_counts_new_tensors_only():
+    x = torch.randn(256, 256)
+    assert peak_memory(lambda: x.t()) == 0                   # a view allocates nothing
+    assert peak_memory(lambda: x + 1) == x.numel() * 4       # one new float32 result
+    assert peak_memory(lambda: (x + 1) * 2) == 2 * x.numel() * 4   # two alive at the same time, briefly
+
+
+def test_plain_attention_peak_memory_grows_like_T_squared_and_sdpa_does_not():
+    torch.manual_seed(0)
+    d_model, h = 16, 4
+    peaks = {}
+    for backend in ("plain", "sdpa"):
+        mha = MultiHeadAttention(d_model, h, backend=backend)
+        for T in (64, 128):
+            x = torch.randn(1, T, d_model)
+            with torch.no_grad():
+                peaks[backend, T] = peak_memory(lambda m=mha, x=x: m(x))
+    weights_bytes = activation_elements(1, 128, d_model, h)["weights"] * 4
+    assert peaks["plain", 128] >= weights_bytes
+    assert peaks["plain", 128] / peaks["plain", 64] > 3.5
+    assert peaks["sdpa", 128] / peaks["sdpa", 64] < 2.5
+    assert peaks["sdpa", 128] < weights_bytes
+
+
+def test_timers_return_one_positive_time_per_repeat():
+    t = time_fn(lambda: torch.ones(10).sum(), repeat=3, warmup=1)
+    assert len(t) == 3 and all(s > 0 for s in t)
+    ts = time_interleaved({"a": lambda: None, "b": lambda: None}, repeat=4)
+    assert set(ts) == {"a", "b"} and all(len(v) == 4 for v in ts.values())
+
+
+def test_ops_called_names_the_attention_kernel():
+    x = torch.randn(1, 8, 16)
+    with torch.no_grad():
+        assert any("scaled_dot_product" in op for op in ops_called(lambda: MultiHeadAttention(16, 4)(x)))
+        assert ops_called(lambda: MultiHeadAttention(16, 4, backend="plain")(x)) == []
+        assert "bmm" in ops_called(lambda: MultiHeadAttention(16, 4, backend="plain")(x), match=("mm",))

@@ -1,0 +1,96 @@
+"""The device choice lives in the library: cuda, else mps, else cpu; ATTNLIB_DEVICE overrides it.
+
+Notebooks never name a device (test_notebook_hygiene.py); they use what ``setup()`` returns, so the library
+must run on whatever ``pick_device()`` picks here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlib import GPT, pick_device
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Pretend the machine has the given accelerators: machine(cuda=..., mps=...)."""
+    monkeypatch.delenv("ATTNLIB_DEVICE", raising=False)
+
+    def pretend(cuda: bool, mps: bool):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+    return pretend
+
+
+@pytest.mark.parametrize(("cuda", "mps", "expected"), [
+    (True, True, "cuda"),
+    (True, False, "cuda"),
+    (False, True, "mps"),
+    (False, False, "cpu"),
+])
+def test_pick_device_prefers_cuda_then_mps_then_cpu(machine, cuda, mps, expected):
+    machine(cuda=cuda, mps=mps)
+    assert pick_device() == torch.device(expected)
+
+
+@pytest.mark.parametrize("forced", ["cpu", "cuda", "cuda:1", "mps"])
+def test_attnlib_device_overrides_the_choice(machine, monkeypatch, forced):
+    machine(cuda=False, mps=False)
+    monkeypatch.setenv("ATTNLIB_DEVICE", forced)
+    assert pick_device() == torch.device(forced)
+
+
+def test_an_empty_override_is_ignored(machine, monkeypatch):
+    machine(cuda=False, mps=False)
+    monkeypatch.setenv("ATTNLIB_DEVICE", "")
+    assert pick_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize(("forced", "expected"), [("", "mps"), ("cpu", "cpu")])
+def test_setup_returns_the_picked_device(forced, expected):
+    """What a notebook gets from `device = setup()` (in a fresh interpreter: setup() changes global state)."""
+    code = ("import torch; torch.cuda.is_available = lambda: False; torch.backends.mps.is_available = lambda: True; "
+            "import attnlib; print(attnlib.setup())")
+    env = {**os.environ, "ATTNLIB_DEVICE": forced}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected, out.stderr
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_a_small_gpt_runs_on_the_picked_device(pos):
+    """Forward, loss, backward and a cached generation, all on the device this machine offers."""
+    device = pick_device()
+    torch.manual_seed(0)
+    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=16, pos=pos).to(device)
+    ids = torch.randint(0, 11, (2, 7), device=device)
+    logits = model(ids)
+    assert logits.shape == (2, 7, 11) and logits.device.type == device.type
+    assert torch.isfinite(logits).all()
+    loss = model.loss(ids[:, :-1], ids[:, 1:])
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(g.device.type == device.type and torch.isfinite(g).all() for g in grads)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(ids[:1, :3], n_new=4)
+    assert out.shape == (1, 7) and out.device.type == device.type
+
+
+def test_results_agree_across_devices():
+    """Where an accelerator exists, the GPT gives the CPU's answer up to float tolerance."""
+    device = pick_device()
+    if device.type == "cpu":
+        pytest.skip("only a CPU here: nothing to compare with")
+    torch.manual_seed(0)
+    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=16).eval()
+    ids = torch.randint(0, 11, (2, 7))
+    with torch.no_grad():
+        on_cpu = model(ids)
+        on_device = model.to(device)(ids.to(device)).cpu()
+    torch.testing.assert_close(on_device, on_cpu, atol=1e-4, rtol=1e-4)

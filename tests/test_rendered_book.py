@@ -1,0 +1,584 @@
+"""The rendered book, as a reader sees it.
+
+One strict build (`jupyter-book build . -W -n --keep-going`) into a temporary folder, then every page opened in
+headless Chromium with all traffic to other hosts blocked: math typeset by the local MathJax, images loaded,
+a Colab link on every chapter, no broken internal link or anchor, no console errors, search working,
+download and copy buttons present, plots readable in the dark theme.
+
+Screenshots for book/how_to_use.md are taken here too. They are written to book/images/ only with
+UPDATE_SCREENSHOTS=1 (`make screenshots`); otherwise they go to a temporary folder and the committed ones
+are checked to be valid PNGs.
+
+Locally the browser tests skip when Chromium or playwright is missing; in CI (CI=true) they fail instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html.parser
+import http.server
+import os
+import pathlib
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+import pytest
+import yaml
+
+from conftest import BOOK, ROOT, config, repo_url
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+INSTALL_HINT = ("install Debian's Chromium (`sudo apt-get install chromium`) and the Python requirements "
+                "(`make setup`, which installs playwright); no browser download is needed")
+
+# Screenshots shown on the "How to use this book" page (book/images/<name>).
+SCREENSHOTS = {
+    "launch-buttons.png": "a chapter with the launch menu open (the Colab button)",
+    "exercise-solution.png": "an exercise with its checker output and the solution dropdown open",
+    "plot-dark-theme.png": "a chapter plot in the dark theme",
+}
+
+# Requests to other hosts that are known and harmless. None is needed today: the book, MathJax included,
+# is self-contained. Add an entry only with the reason next to it.
+HARMLESS_OUTSIDE_REQUESTS: dict[str, str] = {}
+
+# Console errors that come from the toolchain, not from the book, and break nothing the reader uses.
+HARMLESS_CONSOLE_ERRORS = {
+    # sphinx-thebe 0.3.1 under Sphinx 7.4 puts its inline config script (`const THEBE_JS_URL = ...`) into every
+    # page twice; the second copy fails to redeclare the constant. The first copy already defined it, and the
+    # book has no live-code (Thebe) button, so nothing depends on it.
+    "Identifier 'THEBE_JS_URL' has already been declared",
+}
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WARNING_LINE = re.compile(r"\b(WARNING|ERROR|CRITICAL|SEVERE)\b:")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pages
+# ----------------------------------------------------------------------------------------------------------------
+
+def toc_pages() -> list[str]:
+    """Every page of the table of contents in reading order, as document names ("book/01_embeddings")."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb)$", "", p) for p in pages]
+
+
+def is_chapter(doc: str) -> bool:
+    """A page with runnable code: the numbered chapters, the capstone and the appendix."""
+    stem = doc.rsplit("/", 1)[-1]
+    return bool(re.match(r"\d\d_", stem)) or stem in ("capstone", "appendix_costs")
+
+
+TOC_PAGES = toc_pages()
+CHAPTERS = [d for d in TOC_PAGES if is_chapter(d)]
+PAGES = TOC_PAGES + ["search", "genindex"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The build
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Build:
+    returncode: int
+    log: str
+    warnings: list[str]
+    html: pathlib.Path
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Build:
+    """Build the book once, strictly, into a temporary folder (never into the repository's _build)."""
+    out = tmp_path_factory.mktemp("rendered-book")
+    exe = pathlib.Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(ROOT), "-W", "-n", "--keep-going",
+           "--path-output", str(out)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "NO_COLOR": "1"})
+    log = ANSI.sub("", proc.stdout + "\n" + proc.stderr)
+    warnings = [line.strip() for line in log.splitlines() if WARNING_LINE.search(line)]
+    return Build(proc.returncode, log, warnings, out / "_build" / "html", time.monotonic() - t0)
+
+
+def test_book_builds_with_zero_warnings(build):
+    if build.warnings:
+        pytest.fail(f"the strict build printed {len(build.warnings)} warning(s):\n" + "\n".join(build.warnings))
+    assert build.returncode == 0, f"the build failed (exit {build.returncode}):\n{build.log[-4000:]}"
+    for doc in TOC_PAGES:
+        assert (build.html / f"{doc}.html").is_file(), f"{doc}.html was not written"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A local server and the browser
+# ----------------------------------------------------------------------------------------------------------------
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(build):
+    """The built HTML served on 127.0.0.1 at a free port; yields the base URL."""
+    if not (build.html / "search.html").is_file():
+        pytest.fail(f"the build wrote no HTML to show (exit {build.returncode}):\n{build.log[-3000:]}")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(build.html)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def _browser_missing(why: str):
+    if IN_CI:
+        pytest.fail(f"{why}: CI must run the rendered-book browser test ({INSTALL_HINT})")
+    pytest.skip(f"{why}; to run the browser test, {INSTALL_HINT}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _browser_missing("the Python package playwright is not installed")
+    if not pathlib.Path(CHROMIUM).exists():
+        _browser_missing(f"Chromium is not installed at {CHROMIUM}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _is_local(url: str, base: str) -> bool:
+    return url.startswith(base) or url.startswith(("data:", "blob:", "about:"))
+
+
+def new_page(browser, base: str, outside: list[str], width: int = 1280, height: int = 800):
+    """A fresh browser context and page that refuses (and records) every request to another host."""
+    context = browser.new_context(viewport={"width": width, "height": height}, service_workers="block")
+
+    def route(r):
+        url = r.request.url
+        if _is_local(url, base):
+            r.continue_()
+        else:
+            outside.append(url)
+            r.abort()
+
+    context.route("**/*", route)
+    return context, context.new_page()
+
+
+def hide_floating_buttons(page):
+    """The "back to top" button floats over whatever a screenshot shows."""
+    page.add_style_tag(content="#pst-back-to-top { display: none !important; }")
+
+
+def wait_for_math(page):
+    """Wait until MathJax has typeset the page (no-op on pages without math)."""
+    if not page.evaluate("() => document.querySelectorAll('.math').length"):
+        return
+    page.wait_for_function("() => window.MathJax && window.MathJax.startup && window.MathJax.startup.promise",
+                           timeout=20_000)
+    page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
+
+
+def wait_for_images(page):
+    page.evaluate("""() => Promise.all(Array.from(document.images).map(img => {
+        img.loading = 'eager';
+        if (img.complete) return null;
+        return new Promise(r => { img.addEventListener('load', r); img.addEventListener('error', r); });
+    }))""")
+
+
+PAGE_FACTS_JS = """() => {
+  const q = s => Array.from(document.querySelectorAll(s));
+  return {
+    math: q('.math').length,
+    mjx: q('mjx-container').length,
+    merror: q('mjx-merror').map(e => e.getAttribute('data-mjx-error') || e.textContent.slice(0, 120)),
+    badImages: q('img').filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+    links: q('a[href]').map(a => a.href),
+    colab: q('a[href*="colab.research.google.com"]').map(a => a.getAttribute('href')),
+    downloads: q('.dropdown-download-buttons a[href]').map(a => a.getAttribute('href')),
+    codeBlocks: q('div.highlight pre').length,
+    copyButtons: q('div.highlight button.copybtn').length,
+    mathjaxScripts: q('script[src*="mathjax" i], script[src*="tex-" i]').map(s => s.src),
+    seeThroughPlots: q('.cell_output img').filter(img => {
+      const c = document.createElement('canvas');
+      c.width = img.naturalWidth; c.height = img.naturalHeight;
+      if (!c.width || !c.height) return false;
+      const g = c.getContext('2d');
+      g.drawImage(img, 0, 0);
+      return [[0, 0], [c.width - 1, 0], [0, c.height - 1], [c.width - 1, c.height - 1]]
+        .some(([x, y]) => g.getImageData(x, y, 1, 1).data[3] < 255);
+    }).map(img => img.getAttribute('src').split('/').pop()),
+  };
+}"""
+
+
+@dataclasses.dataclass
+class Visit:
+    doc: str
+    facts: dict
+    errors: list[str]
+    outside: list[str]
+    broken_links: list[str]
+
+
+class _Ids(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for k, v in attrs:
+            if k in ("id", "name") and v:
+                self.ids.add(v)
+
+
+@functools.cache
+def _ids_in(path: pathlib.Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+def broken_internal_links(links: list[str], base: str, root: pathlib.Path, current: pathlib.Path,
+                          live_ids: set[str]) -> list[str]:
+    """Local links whose file is missing, or whose #anchor is not an id in the target page.
+
+    Ids are read from the HTML files; for the page itself, ids that its scripts add (``live_ids``) count too.
+    """
+    broken = []
+    for href in sorted(set(links)):
+        if not href.startswith(base):
+            continue                                      # another host: a link, not a dependency
+        parts = urllib.parse.urlsplit(href)
+        rel = urllib.parse.unquote(parts.path)[1:]
+        target = root / rel
+        if rel == "" or rel.endswith("/"):
+            target = target / "index.html"
+        if not target.is_file():
+            broken.append(f"{href[len(base) - 1:]} (no such file)")
+            continue
+        anchor = urllib.parse.unquote(parts.fragment)
+        if anchor and target.suffix == ".html" and anchor not in _ids_in(target):
+            if not (target.resolve() == current.resolve() and anchor in live_ids):
+                broken.append(f"{href[len(base) - 1:]} (no id {anchor!r} in {rel or 'index.html'})")
+    return broken
+
+
+def visit(browser, base: str, root: pathlib.Path, doc: str) -> Visit:
+    outside: list[str] = []
+    errors: list[str] = []
+    context, page = new_page(browser, base, outside)
+    try:
+        page.on("console", lambda m: m.type == "error" and errors.append((m.text, (m.location or {}).get("url", ""))))
+        page.on("pageerror", lambda e: errors.append((f"uncaught: {e}", "")))
+        page.goto(base + f"{doc}.html", wait_until="load", timeout=30_000)
+        problems = []
+        try:
+            wait_for_math(page)
+        except Exception as exc:  # noqa: BLE001 - reported as a finding of this page
+            problems.append(f"MathJax did not finish: {str(exc).splitlines()[0]}")
+        wait_for_images(page)
+        page.wait_for_timeout(100)                        # late console messages
+        facts = page.evaluate(PAGE_FACTS_JS)
+        page_ids = set(page.evaluate("() => Array.from(document.querySelectorAll('[id]')).map(e => e.id)"))
+    finally:
+        context.close()
+    kept = []
+    for text, url in errors:
+        if url in outside and text.startswith("Failed to load resource"):
+            continue                                      # reported by the outside-request test
+        if any(h in text for h in HARMLESS_CONSOLE_ERRORS):
+            continue
+        kept.append(f"{text}" + (f" [{url}]" if url else ""))
+    broken = broken_internal_links(facts["links"], base, root, root / f"{doc}.html", page_ids)
+    facts["problems"] = problems
+    return Visit(doc, facts, kept + problems, outside, broken)
+
+
+@pytest.fixture(scope="module")
+def visits(site, browser, build) -> dict[str, Visit]:
+    """Every page opened once; the tests below read what was found."""
+    found = {}
+    for doc in PAGES:
+        try:
+            found[doc] = visit(browser, site, build.html, doc)
+        except Exception as exc:  # noqa: BLE001 - one page that cannot be opened must not hide the others
+            nothing = {"math": 0, "mjx": 0, "merror": [], "badImages": [], "links": [], "colab": [], "downloads": [],
+                       "codeBlocks": 0, "copyButtons": 0, "mathjaxScripts": [], "seeThroughPlots": [],
+                       "problems": [f"the page could not be opened: {str(exc).splitlines()[0]}"]}
+            found[doc] = Visit(doc, nothing, list(nothing["problems"]), [], [])
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Per-page checks
+# ----------------------------------------------------------------------------------------------------------------
+
+browser_test = pytest.mark.browser
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_request_to_another_host(visits, doc):
+    v = visits[doc]
+    unexpected = sorted({u for u in v.outside if not any(u.startswith(h) for h in HARMLESS_OUTSIDE_REQUESTS)})
+    assert not unexpected, f"{doc}: the page tried to load from other hosts (blocked):\n" + "\n".join(unexpected)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_math_is_typeset_offline(visits, doc):
+    f = visits[doc].facts
+    assert not f["problems"], f"{doc}: {f['problems']}"
+    assert f["mjx"] == f["math"], (f"{doc}: {f['math']} math nodes but {f['mjx']} typeset by MathJax "
+                                   f"(scripts: {f['mathjaxScripts']})")
+    assert not f["merror"], f"{doc}: MathJax could not typeset: {f['merror']}"
+    if f["math"]:
+        remote = [s for s in f["mathjaxScripts"] if not s.startswith("http://127.0.0.1")]
+        assert not remote, f"{doc}: MathJax is not the local copy: {remote}"
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_every_image_loads(visits, doc):
+    bad = visits[doc].facts["badImages"]
+    assert not bad, f"{doc}: images that did not load: {bad}"
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_broken_internal_link_or_anchor(visits, doc):
+    broken = visits[doc].broken_links
+    assert not broken, f"{doc}: broken internal links:\n" + "\n".join(broken)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_console_errors(visits, doc):
+    errors = visits[doc].errors
+    assert not errors, f"{doc}: console errors:\n" + "\n".join(errors)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_plots_have_an_opaque_background(visits, doc):
+    """attnlib.setup() gives figures an opaque white background, readable on the light and the dark theme."""
+    bad = visits[doc].facts["seeThroughPlots"]
+    assert not bad, f"{doc}: plots with a transparent background (was attnlib.setup() called first?): {bad}"
+
+
+@browser_test
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_chapter_has_an_open_in_colab_link(visits, doc):
+    owner_repo = urllib.parse.urlsplit(repo_url()).path.strip("/")
+    branch = config()["repository"].get("branch", "main")
+    links = visits[doc].facts["colab"]
+    good = [h for h in links if h.endswith(f"/blob/{branch}/{doc}.ipynb") and f"/github/{owner_repo}/" in h]
+    assert good, f"{doc}: no Colab link to github/{owner_repo}/blob/{branch}/{doc}.ipynb; found {links}"
+
+
+@browser_test
+@pytest.mark.parametrize("doc", TOC_PAGES)
+def test_download_button_offers_the_source(visits, doc, build):
+    downloads = visits[doc].facts["downloads"]
+    sources = [h for h in downloads if "_sources/" in h]
+    assert sources, f"{doc}: no download button for the page source; found {downloads}"
+    if is_chapter(doc):
+        assert any(h.split("?")[0].endswith(f"{doc}.ipynb") for h in sources), f"{doc}: {sources}"
+
+
+@browser_test
+def test_copy_buttons_on_every_code_block(visits):
+    missing = {d: (v.facts["codeBlocks"], v.facts["copyButtons"]) for d, v in visits.items()
+               if v.facts["copyButtons"] != v.facts["codeBlocks"]}
+    assert not missing, f"pages where code blocks lack a copy button (blocks, buttons): {missing}"
+    assert sum(v.facts["copyButtons"] for v in visits.values()) > 0, "no copy button anywhere in the book"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Search
+# ----------------------------------------------------------------------------------------------------------------
+
+@browser_test
+def test_search_finds_attention(site, browser):
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside)
+    try:
+        page.goto(site + "search.html?q=attention", wait_until="load", timeout=30_000)
+        page.wait_for_selector("#search-results ul.search li", timeout=20_000)
+        hits = page.locator("#search-results ul.search li").count()
+        summary = page.inner_text("#search-results .search-summary")
+    finally:
+        context.close()
+    assert hits > 0, summary
+    assert not outside, outside
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Screenshots for "How to use this book", and plots in the dark theme
+# ----------------------------------------------------------------------------------------------------------------
+
+def png_size(path: pathlib.Path) -> tuple[int, int]:
+    """(width, height) of a PNG file; raises AssertionError if it is not one."""
+    data = path.read_bytes()[:33]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path.name} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def _pages_with(build, needle: str) -> list[str]:
+    return [d for d in CHAPTERS if needle in (build.html / f"{d}.html").read_text(encoding="utf-8")]
+
+
+def _plot_page(build) -> str | None:
+    pages = [d for d in CHAPTERS if re.search(r'class="cell_output[^"]*"[^>]*>\s*(?:<div[^>]*>\s*)*<img',
+                                              (build.html / f"{d}.html").read_text(encoding="utf-8"))]
+    return pages[0] if pages else None
+
+
+@pytest.fixture(scope="module")
+def shots_dir(tmp_path_factory) -> pathlib.Path:
+    if UPDATE_SCREENSHOTS:
+        (BOOK / "images").mkdir(exist_ok=True)
+        return BOOK / "images"
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@browser_test
+def test_screenshot_launch_menu(site, browser, build, shots_dir):
+    doc = _plot_page(build) or CHAPTERS[0]
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside, width=1200, height=600)   # wider adds a second search bar
+    try:
+        page.goto(site + f"{doc}.html", wait_until="load")
+        wait_for_math(page)
+        page.locator(".dropdown-launch-buttons button").first.click()
+        page.locator(".dropdown-launch-buttons a[href*='colab']").first.wait_for(state="visible", timeout=5_000)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(shots_dir / "launch-buttons.png"))
+    finally:
+        context.close()
+    assert png_size(shots_dir / "launch-buttons.png")[0] > 0
+
+
+@browser_test
+def test_screenshot_exercise_with_solution_open(site, browser, build, shots_dir):
+    pages = _pages_with(build, "solution dropdown")
+    if not pages:
+        msg = "no chapter has an exercise with a solution dropdown yet"
+        if UPDATE_SCREENSHOTS:
+            pytest.fail(msg + ": cannot retake exercise-solution.png")
+        pytest.skip(msg)
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside, width=1100, height=900)
+    try:
+        page.goto(site + f"{pages[0]}.html", wait_until="load")
+        wait_for_math(page)
+        solution = page.locator("div.solution.dropdown").first
+        solution.locator("button.toggle-button").first.click()
+        page.wait_for_timeout(400)
+        hide_floating_buttons(page)
+        page.add_style_tag(content=".bd-header-article { visibility: hidden !important; }")   # sticky, would cover
+        box = page.evaluate("""() => {
+            const sol = document.querySelector('div.solution.dropdown');
+            const all = Array.from(document.querySelectorAll('div.exercise'));
+            const ex = all.filter(e => e.compareDocumentPosition(sol) & Node.DOCUMENT_POSITION_FOLLOWING).pop() || sol;
+            window.scrollTo(0, ex.getBoundingClientRect().top + window.scrollY - 16);
+            const a = ex.getBoundingClientRect(), b = sol.getBoundingClientRect();
+            return {y: a.top + window.scrollY, bottom: b.bottom + window.scrollY};
+        }""")
+        article = page.locator("article.bd-article").bounding_box()
+        top = max(box["y"] - 12, 0)
+        height = min(box["bottom"] - top + 16, 1400)
+        page.screenshot(path=str(shots_dir / "exercise-solution.png"), full_page=True,
+                        clip={"x": max(article["x"] - 4, 0), "y": top, "width": min(article["width"] + 8, 1100),
+                              "height": height})
+    finally:
+        context.close()
+    assert png_size(shots_dir / "exercise-solution.png")[0] > 0
+
+
+OPAQUE_CORNERS_JS = """() => Array.from(document.querySelectorAll('.cell_output img')).map(img => {
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d');
+  g.drawImage(img, 0, 0);
+  const corners = [[0, 0], [c.width - 1, 0], [0, c.height - 1], [c.width - 1, c.height - 1]];
+  return {src: img.getAttribute('src').split('/').pop(), filter: getComputedStyle(img).filter,
+          alpha: corners.map(([x, y]) => g.getImageData(x, y, 1, 1).data[3])};
+})"""
+
+
+@browser_test
+def test_screenshot_dark_theme_plots_are_legible(site, browser, build, shots_dir):
+    """Plots keep their opaque white background (attnlib.setup()) and are not dimmed by the dark theme."""
+    doc = _plot_page(build)
+    if doc is None:
+        msg = "no chapter shows a plot yet"
+        if UPDATE_SCREENSHOTS:
+            pytest.fail(msg + ": cannot retake plot-dark-theme.png")
+        pytest.skip(msg)
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside, width=1100, height=700)
+    try:
+        page.goto(site + f"{doc}.html", wait_until="load")
+        wait_for_math(page)
+        wait_for_images(page)
+        page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+        page.evaluate("""() => {
+            const img = document.querySelector('.cell_output img');
+            window.scrollTo(0, img.getBoundingClientRect().top + window.scrollY - 180);
+        }""")
+        page.wait_for_timeout(300)
+        hide_floating_buttons(page)
+        page.screenshot(path=str(shots_dir / "plot-dark-theme.png"))
+        plots = page.evaluate(OPAQUE_CORNERS_JS)
+    finally:
+        context.close()
+    dimmed = [p["src"] for p in plots if p["filter"] not in ("none", "")]
+    see_through = [p["src"] for p in plots if min(p["alpha"]) < 255]
+    assert not dimmed, f"{doc}: the dark theme dims these plots (book/_static/custom.css should stop it): {dimmed}"
+    assert not see_through, (f"{doc}: plots with a transparent background (call attnlib.setup() before plotting): "
+                             f"{see_through}")
+
+
+def test_committed_screenshots_are_valid_pngs():
+    text = (BOOK / "how_to_use.md").read_text()
+    for name in SCREENSHOTS:
+        path = BOOK / "images" / name
+        assert path.is_file(), f"{path.relative_to(ROOT)} is missing; run `make screenshots`"
+        w, h = png_size(path)
+        assert 400 <= w <= 4000 and 200 <= h <= 4000, (name, w, h)
+        assert f"images/{name}" in text, f"how_to_use.md does not show {name}"
