@@ -52,13 +52,9 @@ SCREENSHOTS = {
 # is self-contained. Add an entry only with the reason next to it.
 HARMLESS_OUTSIDE_REQUESTS: dict[str, str] = {}
 
-# Console errors that come from the toolchain, not from the book, and break nothing the reader uses.
-HARMLESS_CONSOLE_ERRORS = {
-    # sphinx-thebe 0.3.1 under Sphinx 7.4 puts its inline config script (`const THEBE_JS_URL = ...`) into every
-    # page twice; the second copy fails to redeclare the constant. The first copy already defined it, and the
-    # book has no live-code (Thebe) button, so nothing depends on it.
-    "Identifier 'THEBE_JS_URL' has already been declared",
-}
+# Console errors that come from the toolchain, not from the book, and break nothing the reader uses. None today:
+# sphinx-thebe's doubled inline script, which used to redeclare THEBE_JS_URL, is removed by book/_ext/unique_scripts.py.
+HARMLESS_CONSOLE_ERRORS: set[str] = set()
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WARNING_LINE = re.compile(r"\b(WARNING|ERROR|CRITICAL|SEVERE)\b:")
