@@ -21,6 +21,15 @@ def _table(W) -> np.ndarray:
     return W
 
 
+def _token_axes(ax, tokens: list[str], xlabel: str, ylabel: str) -> None:
+    """Label columns with the keys and rows with the queries, as "position:token"."""
+    names = [f"{k}:{t}" for k, t in enumerate(labels(tokens))]
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, annotate: bool = True,
                       vmin: float = 0.0, vmax: float = 1.0):
     """Draw a (T, T) weight table P: row i = query position i, column j = key position j."""
@@ -29,11 +38,7 @@ def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, a
         raise ValueError(f"P must be (T, T) with T={len(tokens)} tokens, got {P.shape}")
     ax = ax or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
     im = ax.imshow(P, cmap="Blues", vmin=vmin, vmax=vmax)
-    names = labels(tokens)
-    ax.set_xticks(range(len(names)), [f"{j}:{t}" for j, t in enumerate(names)], rotation=60, ha="right")
-    ax.set_yticks(range(len(names)), [f"{i}:{t}" for i, t in enumerate(names)])
-    ax.set_xlabel("key position j (attended to)")
-    ax.set_ylabel("query position i (attending)")
+    _token_axes(ax, tokens, "key position j (attended to)", "query position i (attending)")
     if annotate and len(tokens) <= 12:
         for i in range(P.shape[0]):
             for j in range(P.shape[1]):
@@ -54,11 +59,7 @@ def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
     for i in range(M.shape[0]):
         for j in range(M.shape[1]):
             ax.text(j, i, "−∞" if blocked[i, j] else f"{M[i, j]:g}", ha="center", va="center", fontsize=8)
-    names = labels(tokens)
-    ax.set_xticks(range(len(names)), [f"{j}:{t}" for j, t in enumerate(names)], rotation=60, ha="right")
-    ax.set_yticks(range(len(names)), [f"{i}:{t}" for i, t in enumerate(names)])
-    ax.set_xlabel("key position j")
-    ax.set_ylabel("query position i")
+    _token_axes(ax, tokens, "key position j", "query position i")
     ax.set_title(title)
     return ax
 
