@@ -7,6 +7,7 @@ mistake; this file covers the behaviour they all share.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from attnlib import checks
 
@@ -43,3 +44,12 @@ def test_a_checker_never_raises_on_a_broken_answer(check):
         assert verdict.message
     verdict = check(lambda *a: "not a tensor")
     assert not verdict.ok and verdict.message
+
+
+@pytest.mark.parametrize("check", CHECKERS, ids=IDS)
+def test_a_checker_leaves_the_learners_random_state_alone(check):
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    check(stub)
+    assert torch.equal(torch.rand(3), want), "the checker reseeded or drew from the global generator"
