@@ -83,3 +83,21 @@ def test_every_notebook_is_in_the_table_of_contents():
         assert f"book/{p.stem}" in toc, p.name
     for md in BOOK.glob("*.md"):
         assert f"book/{md.stem}" in toc, md.name
+
+
+CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
+def test_chapter_has_checked_exercises_with_solutions_and_a_summary(path):
+    nb = nbformat.read(path, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    labels = re.findall(r"```\{exercise\}[^\n]*\n:label: (\S+)", markdown)
+    assert 2 <= len(labels) <= 4, labels
+    for label in labels:
+        assert re.search(r"```\{solution-start\} " + re.escape(label) + r"\b", markdown), label
+    shown = [o.get("data", {}).get("text/plain", "") for c in code_cells(nb) for o in c.outputs]
+    # the checker is shown on the stub ("not yet") and on the solution ("correct") for every exercise
+    assert sum(s.startswith("❌ not yet") for s in shown) >= len(labels)
+    assert sum(s.startswith("✅ correct") for s in shown) >= len(labels)
+    assert "## Summary" in markdown
