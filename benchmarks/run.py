@@ -24,6 +24,7 @@ import platform
 import sys
 import time
 import warnings
+from statistics import median
 
 import torch
 
@@ -34,7 +35,7 @@ except ImportError:   # run from a checkout without installing the library
     import attnlib
 
 from attnlib import GPT, MultiHeadAttention
-from attnlib.costs import median, model_flops, ops_called, peak_memory, time_interleaved
+from attnlib.costs import model_flops, ops_called, peak_memory, time_interleaved
 from attnlib.reference import to_torch_mha
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

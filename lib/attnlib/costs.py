@@ -9,7 +9,6 @@ full (T × T) products even with ``is_causal=True`` (a causal kernel may skip th
 
 from __future__ import annotations
 
-import statistics
 import time
 import weakref
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from ._validate import check_divisible, check_positive
 
 __all__ = [
     "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
-    "activation_elements", "count_flops", "ops_called", "sync", "time_fn", "time_interleaved", "peak_memory", "median",
+    "activation_elements", "count_flops", "ops_called", "sync", "time_fn", "time_interleaved", "peak_memory",
 ]
 
 
@@ -168,10 +167,6 @@ def sync(device=None) -> None:
         torch.cuda.synchronize(device)
     elif device is not None and device.type == "mps":
         torch.mps.synchronize()
-
-
-def median(xs) -> float:
-    return statistics.median(xs)
 
 
 def time_fn(fn: Callable[[], object], *, repeat: int = 10, warmup: int = 2, device=None) -> list[float]:
