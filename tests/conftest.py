@@ -27,13 +27,13 @@ def repo_url() -> str:
 def assert_accepted(verdict) -> None:
     """A checker's verdict on a correct answer."""
     assert verdict.ok and verdict.mistake is None, verdict
-    assert repr(verdict).startswith("✅ correct")
+    assert repr(verdict).startswith("✓ correct")
 
 
 def assert_named(verdict, label: str) -> None:
     """A checker's verdict on a planted mistake: rejected, and recognised as that mistake."""
     assert not verdict.ok and verdict.mistake == label, (label, verdict)
-    assert repr(verdict).startswith("❌ not yet")
+    assert repr(verdict).startswith("✗ not yet")
 
 
 def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:

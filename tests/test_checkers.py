@@ -33,7 +33,7 @@ def test_every_chapter_has_at_least_two_checkers():
 def test_the_stub_is_recognised(check):
     verdict = check(stub)
     assert not verdict.ok and verdict.mistake == "stub", verdict
-    assert repr(verdict).startswith("❌ not yet") and "stub" in verdict.message
+    assert repr(verdict).startswith("✗ not yet") and "stub" in verdict.message
 
 
 @pytest.mark.parametrize("check", CHECKERS, ids=IDS)

@@ -68,5 +68,5 @@ def test_judge_never_raises_and_explains_errors_and_shapes():
     assert judge(lambda x: x * 3, case, ref).mistake == "values"
     assert judge(lambda x: "text", case, ref).mistake == "type"
     verdict = judge(lambda x: x * 2, case, ref)
-    assert isinstance(verdict, Verdict) and verdict.ok and repr(verdict).startswith("✅")
-    assert repr(judge(lambda x: x, case, ref)).startswith("❌ not yet")
+    assert isinstance(verdict, Verdict) and verdict.ok and repr(verdict).startswith("✓")
+    assert repr(judge(lambda x: x, case, ref)).startswith("✗ not yet")

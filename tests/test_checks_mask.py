@@ -53,7 +53,7 @@ def stub_mask(T):
 def test_causal_mask_solutions_pass(fn):
     v = check_causal_mask(fn)
     assert v.ok, v
-    assert str(v).startswith("✅")
+    assert str(v).startswith("✓")
 
 
 @pytest.mark.parametrize("fn, label", [
@@ -68,7 +68,7 @@ def test_causal_mask_solutions_pass(fn):
 def test_causal_mask_mistakes_are_named(fn, label):
     v = check_causal_mask(fn)
     assert not v.ok and v.mistake == label, v
-    assert str(v).startswith("❌ not yet")
+    assert str(v).startswith("✗ not yet")
 
 
 # ---- check_masked_weights: fn(S) -> P (..., T, T) -------------------------------------------------------

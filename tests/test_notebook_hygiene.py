@@ -98,6 +98,6 @@ def test_chapter_has_checked_exercises_with_solutions_and_a_summary(path):
         assert re.search(r"```\{solution-start\} " + re.escape(label) + r"\b", markdown), label
     shown = [o.get("data", {}).get("text/plain", "") for c in code_cells(nb) for o in c.outputs]
     # the checker is shown on the stub ("not yet") and on the solution ("correct") for every exercise
-    assert sum(s.startswith("❌ not yet") for s in shown) >= len(labels)
-    assert sum(s.startswith("✅ correct") for s in shown) >= len(labels)
+    assert sum(s.startswith("✗ not yet") for s in shown) >= len(labels)
+    assert sum(s.startswith("✓ correct") for s in shown) >= len(labels)
     assert "## Summary" in markdown

@@ -1,7 +1,7 @@
 """Exercise checkers, one module per chapter. Each ``check_…(fn)`` returns a :class:`Verdict` and never raises."""
 
 from . import block, embeddings, heads, mask, projections, scaling, softmax, stack
-from ._core import Mistake, Verdict, judge
+from ._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
 from .block import *  # noqa: F401,F403
 from .embeddings import *  # noqa: F401,F403
 from .heads import *  # noqa: F401,F403
@@ -12,4 +12,5 @@ from .softmax import *  # noqa: F401,F403
 from .stack import *  # noqa: F401,F403
 
 _CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stack)
-__all__ = ["Verdict", "Mistake", "judge"] + [name for m in _CHAPTERS for name in m.__all__]
+__all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
+__all__ += [name for m in _CHAPTERS for name in m.__all__]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..block import Block
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_layer_norm", "check_mlp", "check_pre_norm_block"]
 
@@ -60,6 +60,7 @@ _LN_MISTAKES = [
 ]
 
 
+@checker
 def check_layer_norm(fn) -> Verdict:
     """Check ``fn(X, gamma, beta)``: X (B, T, d_model), gamma and beta (d_model,) → (B, T, d_model), ε = 1e-5."""
     return judge(fn, _layer_norm_cases(), _layer_norm, _LN_MISTAKES,
@@ -102,6 +103,7 @@ _MLP_MISTAKES = [
 ]
 
 
+@checker
 def check_mlp(fn) -> Verdict:
     """Check ``fn(X, W_1, b_1, W_2, b_2)``: X (B, T, d_model), W_1 (d_model, d_ff), W_2 (d_ff, d_model)."""
     return judge(fn, _mlp_cases(), _mlp, _MLP_MISTAKES,
@@ -150,6 +152,7 @@ _BLOCK_MISTAKES = [
 ]
 
 
+@checker
 def check_pre_norm_block(fn) -> Verdict:
     """Check ``fn(X, block)``: X (B, T, d_model) → X_next (B, T, d_model) using block.ln_1, attn, ln_2, mlp."""
     return judge(fn, _block_cases(), _block_forward, _BLOCK_MISTAKES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..position import apply_rope, rope_angles, sinusoidal_positions
-from ._core import Mistake, judge
+from ._core import Mistake, checker, judge
 
 __all__ = ["check_embed", "check_sinusoidal", "check_rotate_pairs"]
 
@@ -14,6 +14,7 @@ _TABLE = torch.randn(11, 6, generator=_g)          # vocab_size=11 ≠ d_model=6
 _IDS = [torch.tensor([3, 0, 5, 3, 1]), torch.tensor([3, 0, 7, 3, 10]), torch.tensor([[1, 2], [9, 9]])]
 
 
+@checker
 def check_embed(fn) -> object:
     """``fn(ids, table)``: ids (T,) or (B, T), table (vocab_size, d_model) → (…, T, d_model)."""
     mistakes = [
@@ -39,6 +40,7 @@ def _sinusoid(T, d, swap=False, freq_step=2, sign=-1):
     return P
 
 
+@checker
 def check_sinusoidal(fn) -> object:
     """``fn(T, d_model)`` → (T, d_model) sinusoidal position table."""
     mistakes = [
@@ -66,6 +68,7 @@ def _rotate(x, theta, sign=1, halves=False):
     return out
 
 
+@checker
 def check_rotate_pairs(fn) -> object:
     """``fn(x, theta)``: x (T, d), theta (T, d/2) → x with each pair (x[2i], x[2i+1]) rotated by theta[:, i]."""
     g = torch.Generator().manual_seed(2)

@@ -8,7 +8,7 @@ import torch
 
 from ..attention import attention, attention_weights
 from ..heads import merge_heads, split_heads
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head"]
 
@@ -41,6 +41,7 @@ _SPLIT_MISTAKES = [
 ]
 
 
+@checker
 def check_split_heads(fn) -> Verdict:
     """Check ``fn(x, h)``: x (B, T, d_model) → (B, h, T, d_head) with d_head = d_model / h."""
     return judge(fn, _SPLIT_CASES, split_heads, _SPLIT_MISTAKES,
@@ -84,6 +85,7 @@ _MERGE_MISTAKES = [
 ]
 
 
+@checker
 def check_merge_heads(fn) -> Verdict:
     """Check ``fn(x)``: x (B, h, T, d_head) → (B, T, h·d_head), heads side by side for every position."""
     return judge(fn, _MERGE_CASES, merge_heads, _MERGE_MISTAKES,
@@ -150,6 +152,7 @@ _MHA_MISTAKES = [
 ]
 
 
+@checker
 def check_multi_head(fn) -> Verdict:
     """Check ``fn(X, W_Q, W_K, W_V, W_O, h)``: X (B, T, d_model) → (B, T, d_model); W_… are (d_model, d_model)."""
     return judge(fn, _MHA_CASES, _multi_head_reference, _MHA_MISTAKES,

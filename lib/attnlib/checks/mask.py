@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..attention import causal_mask, softmax
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_causal_mask", "check_masked_weights"]
 
@@ -49,6 +49,7 @@ _MASK_MISTAKES = [
 ]
 
 
+@checker
 def check_causal_mask(fn) -> Verdict:
     """Check ``fn(T) -> M`` of shape (T, T): 0 on and below the diagonal, -inf above it."""
     return judge(fn, [(4,), (6,)], lambda T: causal_mask(T), _MASK_MISTAKES,
@@ -102,6 +103,7 @@ _WEIGHTS_MISTAKES = [
 ]
 
 
+@checker
 def check_masked_weights(fn) -> Verdict:
     """Check ``fn(S) -> P``: S (..., T, T) → P = softmax(S + M) (..., T, T), masking before softmax."""
     return judge(fn, _scores_cases(), lambda S: softmax(S + causal_mask(S.shape[-1])), _WEIGHTS_MISTAKES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..projections import project
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv"]
 
@@ -45,6 +45,7 @@ _LINEAR_MISTAKES = [
 ]
 
 
+@checker
 def check_linear_by_hand(fn) -> Verdict:
     """``fn(x, weight, bias)`` with x (..., d_in), weight (d_out, d_in), bias (d_out,) → (..., d_out)."""
     return judge(fn, _linear_cases(), _linear_reference, _LINEAR_MISTAKES,
@@ -86,6 +87,7 @@ _FUSED_MISTAKES = [
 ]
 
 
+@checker
 def check_split_fused(fn) -> Verdict:
     """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
     return judge(fn, _fused_cases(), _fused_reference, _FUSED_MISTAKES,
@@ -149,6 +151,7 @@ def _shapes(out) -> str:
     return type(out).__name__
 
 
+@checker
 def check_cross_kv(fn) -> Verdict:
     """``fn(X, X_kv, W_K, W_V)`` with X (..., T, d_model), X_kv (..., T_kv, d_model) → K, V (..., T_kv, d_k)."""
     if not callable(fn):

@@ -8,7 +8,7 @@ import torch
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_scaled_scores", "check_head_scores"]
 
@@ -61,6 +61,7 @@ _SCORES_MISTAKES = [
 ]
 
 
+@checker
 def check_scaled_scores(fn) -> Verdict:
     """``fn(Q, K)`` with Q, K (..., T, d_k) → S / √d_k of shape (..., T, T); rows are queries."""
     return judge(fn, _scores_cases(), _scores_reference, _SCORES_MISTAKES,
@@ -104,6 +105,7 @@ _HEAD_MISTAKES = [
 ]
 
 
+@checker
 def check_head_scores(fn) -> Verdict:
     """``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → (..., T, T) scaled scores."""
     return judge(fn, _head_cases(), _head_reference, _HEAD_MISTAKES,

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..attention import attention, causal_mask, softmax
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = ["check_stable_softmax", "check_attention_output"]
 
@@ -55,6 +55,7 @@ _SOFTMAX_MISTAKES = [
 ]
 
 
+@checker
 def check_stable_softmax(fn) -> Verdict:
     """Check ``fn(z)``: softmax along the last axis of z (..., n), finite even for scores like 1000."""
     return judge(fn, _softmax_cases(), lambda z: softmax(z), _SOFTMAX_MISTAKES,
@@ -108,6 +109,7 @@ _ATTENTION_MISTAKES = [
 ]
 
 
+@checker
 def check_attention_output(fn) -> Verdict:
     """Check ``fn(Q, K, V)``: Q, K (..., T, d_k), V (..., T, d_v) → softmax(Q Kᵀ/√d_k + M) V (..., T, d_v)."""
     return judge(fn, _attention_cases(), lambda Q, K, V: attention(Q, K, V), _ATTENTION_MISTAKES,

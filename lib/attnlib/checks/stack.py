@@ -17,7 +17,7 @@ from torch import nn
 from ..attention import attention
 from ..block import Block
 from ..train import next_token_windows
-from ._core import Mistake, Verdict, judge
+from ._core import Mistake, Verdict, checker, judge
 
 __all__ = [
     "check_build_blocks", "check_run_stack", "check_next_token_windows", "check_fixed_attention",
@@ -81,6 +81,7 @@ _BUILD_MISTAKES = [
 ]
 
 
+@checker
 def check_build_blocks(fn) -> Verdict:
     """Check ``fn(L, d_model, h)`` returns L independent Blocks: distinct objects, no parameter tensor shared."""
     if not callable(fn):
@@ -153,6 +154,7 @@ _RUN_MISTAKES = [
 ]
 
 
+@checker
 def check_run_stack(fn) -> Verdict:
     """Check ``fn(X0, blocks, ln_f)`` with X0 (B, T, d_model) returns ln_f(X_L), shape (B, T, d_model)."""
     with torch.random.fork_rng(), torch.no_grad():   # the learner's random state is left as it was
@@ -191,6 +193,7 @@ _WINDOWS_MISTAKES = [
 ]
 
 
+@checker
 def check_next_token_windows(fn) -> Verdict:
     """Check ``fn(data, starts, T)`` returns inputs (B, T) and next-token targets (B, T)."""
     return judge(fn, _windows_cases(), next_token_windows, _WINDOWS_MISTAKES,
@@ -258,6 +261,7 @@ _ATTENTION_MISTAKES = [
 ]
 
 
+@checker
 def check_fixed_attention(fn) -> Verdict:
     """Check ``fn(X, W_Q, W_K, W_V)`` with X (..., T, d_model) equals softmax(QKᵀ/√d_k + M) V, shape (..., T, d_v)."""
     return judge(fn, _attention_cases(), lambda X, W_Q, W_K, W_V: attention(X @ W_Q, X @ W_K, X @ W_V),
