@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from attnlib import GPT, pick_device
+from attnlib import GPT, pick_device, runtime
 
 
 @pytest.fixture
@@ -22,8 +22,8 @@ def machine(monkeypatch):
     monkeypatch.delenv("ATTNLIB_DEVICE", raising=False)
 
     def pretend(cuda: bool, mps: bool):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+        # the library's own probe, not torch's: torch wraps some of its probes, and patching them breaks torch
+        monkeypatch.setattr(runtime, "accelerators", lambda: {"cuda": cuda, "mps": mps})
 
     return pretend
 
@@ -55,7 +55,7 @@ def test_an_empty_override_is_ignored(machine, monkeypatch):
 @pytest.mark.parametrize(("forced", "expected"), [("", "mps"), ("cpu", "cpu")])
 def test_setup_returns_the_picked_device(forced, expected):
     """What a notebook gets from `device = setup()` (in a fresh interpreter: setup() changes global state)."""
-    code = ("import torch; torch.cuda.is_available = lambda: False; torch.backends.mps.is_available = lambda: True; "
+    code = ("import attnlib.runtime as r; r.accelerators = lambda: {'cuda': False, 'mps': True}; "
             "import attnlib; print(attnlib.setup())")
     env = {**os.environ, "ATTNLIB_DEVICE": forced}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

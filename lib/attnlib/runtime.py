@@ -11,16 +11,22 @@ import torch
 __all__ = ["setup", "pick_device", "seed_everything", "show_source"]
 
 
+def accelerators() -> dict[str, bool]:
+    """Which accelerators torch can use here: ``{"cuda": …, "mps": …}``.
+
+    The one place that asks torch; tests replace this function, never torch's own probes.
+    """
+    mps = getattr(torch.backends, "mps", None)
+    return {"cuda": torch.cuda.is_available(), "mps": mps is not None and mps.is_available()}
+
+
 def pick_device() -> torch.device:
     """The best device here: cuda, else mps, else cpu. ``ATTNLIB_DEVICE`` overrides the choice."""
     forced = os.environ.get("ATTNLIB_DEVICE")
     if forced:
         return torch.device(forced)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    found = accelerators()
+    return torch.device(next((kind for kind in ("cuda", "mps") if found[kind]), "cpu"))
 
 
 def seed_everything(seed: int = 0) -> None:
