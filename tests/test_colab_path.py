@@ -15,6 +15,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import textwrap
 
 import nbformat
@@ -49,6 +50,16 @@ sys.path_importer_cache.clear()
 """
 
 
+def colab_cell() -> str:
+    """The set-up cell's source, as every notebook holds it (test_notebook_hygiene.py checks that they do)."""
+    sys.path.insert(0, str(BOOK / "_ext"))
+    try:
+        import colab_cell as template
+    finally:
+        sys.path.remove(str(BOOK / "_ext"))
+    return template.source()
+
+
 def is_complete(path: pathlib.Path) -> bool:
     """A chapter written in full: the Colab set-up cell first, then real code."""
     nb = nbformat.read(path, as_version=4)
@@ -57,7 +68,9 @@ def is_complete(path: pathlib.Path) -> bool:
 
 
 def chapter_to_run() -> pathlib.Path | None:
-    candidates = [BOOK / PREFERRED] + [p for p in notebooks() if p.name != PREFERRED]
+    """The learner edition of a chapter (what Colab's button opens), else the book's."""
+    learner = ROOT / "learner"
+    candidates = [learner / PREFERRED, BOOK / PREFERRED] + [p for p in notebooks() if p.name != PREFERRED]
     return next((p for p in candidates if p.exists() and is_complete(p)), None)
 
 
@@ -75,8 +88,9 @@ def fake_colab(tmp_path):
     origin = tmp_path / "origin"
     origin.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".ipynb_checkpoints", "_build")
-    for folder in ("lib", "book"):
-        shutil.copytree(ROOT / folder, origin / folder, ignore=ignore)
+    for folder in ("lib", "book", "learner"):
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, origin / folder, ignore=ignore)
     for name in ("_config.yml", "_toc.yml", "pyproject.toml", "requirements.txt"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, origin / name)
@@ -140,7 +154,7 @@ def test_a_chapter_runs_on_simulated_colab(fake_colab, tmp_path):
 
     assert stdout_of(nb.cells[0]).strip() == "attnlib hidden before set-up"
     assert (home / ".git").is_dir(), "the set-up cell did not clone the course into COURSE_HOME"
-    assert (home / "book" / chapter.name).is_file()
+    assert (home / chapter.parent.name / chapter.name).is_file()
     info = json.loads(stdout_of(nb.cells[-1]).strip().splitlines()[-1])
     assert info["attnlib"].startswith(os.path.realpath(home / "lib")), info
     assert not info["cwd"].startswith(str(ROOT)), info
@@ -148,13 +162,53 @@ def test_a_chapter_runs_on_simulated_colab(fake_colab, tmp_path):
     assert not errors, errors
 
 
-def test_kernel_in_book_folder_imports_the_repository_library():
-    """`make lab` opens book/; a kernel started there imports attnlib from lib/ (the editable install)."""
+def run_setup_cell(env: dict) -> str:
+    """Run the set-up cell as a script (what the first cell does in a fresh Colab kernel); return its output."""
+    out = subprocess.run([sys.executable, "-c", colab_cell()], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def head_of(repo: pathlib.Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_setup_cell_clones_then_refreshes_and_says_which_commit(fake_colab):
+    env, home, origin = fake_colab
+    first = run_setup_cell(env)
+    assert head_of(home) == head_of(origin)
+    assert f"course at commit {head_of(origin)}" in first and "torch " in first, first
+
+    (origin / "lib" / "NEW_IN_ORIGIN.txt").write_text("a later commit\n")    # the course moves on
+    git("add", "-A", cwd=origin)
+    git("commit", "-q", "-m", "later", cwd=origin)
+    (home / "lib" / "attnlib" / "__init__.py").write_text("stale = True\n")   # and the old copy went stale
+    second = run_setup_cell(env)
+    assert head_of(home) == head_of(origin) and f"course at commit {head_of(origin)}" in second, second
+    assert (home / "lib" / "NEW_IN_ORIGIN.txt").is_file()
+    assert "stale" not in (home / "lib" / "attnlib" / "__init__.py").read_text()
+
+
+def test_setup_cell_does_nothing_outside_colab(fake_colab):
+    env, home, _ = fake_colab
+    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}                 # no google.colab module
+    assert run_setup_cell(env) == ""
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("folder", ["learner", "book"])
+def test_kernel_in_a_notebook_folder_imports_the_repository_library(folder):
+    """`make lab` opens learner/ (the full notebooks are in book/); a kernel started in either imports attnlib
+    from lib/ (the editable install)."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import os, sys, attnlib\nprint(os.path.realpath(attnlib.__file__))\nprint(os.getcwd())")])
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run_notebook(nb, BOOK, env, timeout=60)
+    where = ROOT / folder
+    if not where.is_dir():
+        pytest.fail(f"{folder}/ is missing: run `make learner`")
+    run_notebook(nb, where, env, timeout=60)
     path, cwd = stdout_of(nb.cells[0]).strip().splitlines()[-2:]
     assert pathlib.Path(path) == (LIB / "attnlib" / "__init__.py").resolve(), path
-    assert pathlib.Path(cwd).resolve() == BOOK.resolve(), cwd
+    assert pathlib.Path(cwd).resolve() == where.resolve(), cwd

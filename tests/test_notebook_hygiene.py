@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import nbformat
 import pytest
 
 from conftest import BOOK, ROOT, notebooks, repo_url
+
+sys.path.insert(0, str(BOOK / "_ext"))
+import colab_cell  # noqa: E402  (the template of the set-up cell, kept beside the book's extensions)
 
 NOTEBOOKS = notebooks()
 IDS = [p.name for p in NOTEBOOKS]
@@ -28,7 +32,9 @@ def test_there_are_notebooks():
 
 def test_valid_nbformat_and_python3_kernel(nb):
     nbformat.validate(nb)
-    assert nb.metadata["kernelspec"]["name"] == "python3"
+    # exactly what a current JupyterLab writes on save, so saving a notebook leaves its metadata unchanged
+    assert dict(nb.metadata["kernelspec"]) == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                               "name": "python3"}
 
 
 def test_execution_counts_run_from_one_in_order(nb):
@@ -63,6 +69,8 @@ def test_first_cell_is_the_hidden_colab_setup_naming_the_configured_repository(n
     assert '"google.colab" in sys.modules' in first.source
     urls = re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", first.source)
     assert urls == [repo_url()], f"the Colab cell names {urls}, _config.yml names {repo_url()}"
+    assert first.source == colab_cell.source(), "the set-up cell differs from its template: run `make colab-cell`"
+    assert not first.outputs, "the set-up cell prints nothing outside Colab"
 
 
 def test_library_is_imported_and_set_up_before_anything_else(nb):
@@ -86,14 +94,21 @@ def test_every_notebook_is_in_the_table_of_contents():
 
 
 CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
+KINDS = ("Build", "Predict", "Extend", "Find the bug")
+EXERCISE = re.compile(r"```\{exercise\} ([^\n]*)\n:label: (\S+)")
+
+
+def exercises(nb) -> list[tuple[str, str]]:
+    """(title, label) of every exercise in the notebook, in order."""
+    return [m.groups() for c in nb.cells if c.cell_type == "markdown" for m in EXERCISE.finditer(c.source)]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
 def test_chapter_has_checked_exercises_with_solutions_and_a_summary(path):
     nb = nbformat.read(path, as_version=4)
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    labels = re.findall(r"```\{exercise\}[^\n]*\n:label: (\S+)", markdown)
-    assert 2 <= len(labels) <= 4, labels
+    labels = [label for _, label in exercises(nb)]
+    assert 2 <= len(labels) <= 5, labels
     for label in labels:
         assert re.search(r"```\{solution-start\} " + re.escape(label) + r"\b", markdown), label
     shown = [o.get("data", {}).get("text/plain", "") for c in code_cells(nb) for o in c.outputs]
@@ -101,3 +116,44 @@ def test_chapter_has_checked_exercises_with_solutions_and_a_summary(path):
     assert sum(s.startswith("✗ not yet") for s in shown) >= len(labels)
     assert sum(s.startswith("✓ correct") for s in shown) >= len(labels)
     assert "## Summary" in markdown
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_exercises_name_their_kind_and_one_makes_the_learner_think(path):
+    """Every chapter, the capstone and the appendix: each title starts with its kind, and at least one exercise is
+    a prediction, an extension or a bug hunt rather than code shown earlier."""
+    titles = [title for title, _ in exercises(nbformat.read(path, as_version=4))]
+    assert titles, "no exercise"
+    for title in titles:
+        assert title.split(":")[0] in KINDS, f"{title!r} does not start with one of {KINDS}"
+    assert any(not t.startswith("Build:") for t in titles), titles
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_solution_cells_and_only_they_are_tagged_solution(path):
+    """The learner edition removes the cells tagged `solution`: exactly those from a solution-start marker to its
+    solution-end marker."""
+    inside = False
+    for i, c in enumerate(nbformat.read(path, as_version=4).cells):
+        starts = c.cell_type == "markdown" and "```{solution-start}" in c.source
+        inside = inside or starts
+        assert ("solution" in c.metadata.get("tags", [])) == inside, f"cell {i}: {c.source[:80]!r}"
+        if c.cell_type == "markdown" and "```{solution-end}" in c.source:
+            inside = False
+    assert not inside, "a solution-start marker without its solution-end"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_exercises_come_together_at_the_end_before_the_summary(path):
+    headings = []
+    for c in nbformat.read(path, as_version=4).cells:
+        if c.cell_type == "markdown":
+            headings += [("## " + line[3:].strip()) for line in c.source.splitlines() if line.startswith("## ")]
+            if EXERCISE.search(c.source):
+                headings.append("exercise")
+    if "exercise" not in headings:
+        return
+    first, last = headings.index("exercise"), len(headings) - 1 - headings[::-1].index("exercise")
+    assert "## Exercises" in headings and headings.index("## Exercises") == first - 1, headings
+    after = [h for h in headings[last + 1:] if h != "exercise"]
+    assert after in ([], ["## Summary"]), f"after the exercises come {after}"
