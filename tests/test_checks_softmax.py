@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from attnlib.checks import check_attention_output, check_stable_softmax
+from attnlib.checks import check_attention_output, check_fixed_head, check_softmax_jacobian, check_stable_softmax
+from conftest import assert_accepted, assert_named
 
 # ---- check_stable_softmax: fn(z) -> softmax along the last axis -----------------------------------------
 
@@ -120,6 +121,16 @@ def output_wrong_axis(Q, K, V):
     return weights(Q, K, dim=-2) @ V
 
 
+def output_scale_by_T(Q, K, V):
+    return weights(Q, K, scale=math.sqrt(Q.shape[-2])) @ V
+
+
+def output_QtK(Q, K, V):
+    T = Q.shape[-2]
+    S = (Q.transpose(-2, -1) @ K / math.sqrt(Q.shape[-1])).masked_fill(future(T), float("-inf"))
+    return torch.softmax(S, dim=-1) @ V
+
+
 def stub_output(Q, K, V):
     raise NotImplementedError
 
@@ -137,6 +148,8 @@ def test_attention_output_solutions_pass(fn):
     (output_no_mask, "no-mask"),
     (output_mask_after, "after-softmax"),
     (output_wrong_axis, "wrong-axis"),
+    (output_scale_by_T, "scale-by-T"),
+    (output_QtK, "Qt-K"),
     (stub_output, "stub"),
 ])
 def test_attention_output_mistakes_are_named(fn, label):
@@ -144,16 +157,203 @@ def test_attention_output_mistakes_are_named(fn, label):
     assert not v.ok and v.mistake == label, v
 
 
+def test_the_attention_cases_have_T_equal_to_d_k_first_and_T_different_from_d_k():
+    from attnlib.checks import softmax
+
+    shapes = [(Q.shape[-2], Q.shape[-1], V.shape[-1]) for Q, K, V in softmax._attention_cases()]
+    T, d_k, d_v = shapes[0]
+    assert T == d_k == d_v, shapes
+    assert any(T != d_k and T % 2 for T, d_k, _ in shapes[1:]), shapes
+
+
+# ---- check_softmax_jacobian: fn(z) -> J (..., n, n) -----------------------------------------------------
+
+def stable(z):
+    return torch.softmax(z, dim=-1)
+
+
+def jacobian_solution(z):
+    p = stable(z)
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def jacobian_solution_einsum(z):
+    p = stable(z)
+    eye = torch.eye(z.shape[-1])
+    return torch.einsum("...i,ij->...ij", p, eye) - torch.einsum("...i,...j->...ij", p, p)
+
+
+def jacobian_diag_p(z):
+    return torch.diag_embed(stable(z))
+
+
+def jacobian_minus_outer(z):
+    p = stable(z)
+    return -torch.einsum("...i,...j->...ij", p, p)
+
+
+def jacobian_diag_only(z):
+    p = stable(z)
+    return torch.diag_embed(p - p * p)
+
+
+def jacobian_flipped(z):
+    return -jacobian_solution(z)
+
+
+def jacobian_naive(z):
+    p = z.exp() / z.exp().sum(dim=-1, keepdim=True)
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def jacobian_one_row(z):
+    p = stable(z)
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def jacobian_one_row_broadcast(z):
+    p = stable(z)
+    return torch.diag(p) - p.unsqueeze(1) * p.unsqueeze(0)
+
+
+def stub_jacobian(z):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("fn", [jacobian_solution, jacobian_solution_einsum])
+def test_softmax_jacobian_solutions_pass(fn):
+    assert_accepted(check_softmax_jacobian(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (jacobian_diag_p, "missing-outer"),
+    (jacobian_minus_outer, "missing-diag"),
+    (jacobian_diag_only, "diagonal-only"),
+    (jacobian_flipped, "sign"),
+    (jacobian_naive, "naive-softmax"),
+    (jacobian_one_row, "not-batched"),
+    (jacobian_one_row_broadcast, "not-batched"),
+    (stub_jacobian, "stub"),
+])
+def test_softmax_jacobian_mistakes_are_named(fn, label):
+    assert_named(check_softmax_jacobian(fn), label)
+
+
+def test_the_jacobian_reference_is_autograd_and_vanishes_on_a_saturated_row():
+    from attnlib.checks import softmax
+
+    z = torch.tensor([[0.5, -1.0, 2.0], [12.0, 0.0, -1.0]], dtype=torch.float64)
+    J = softmax._jacobian_reference(z)
+    torch.testing.assert_close(J, jacobian_solution(z))
+    assert J[1].abs().max() < 1e-4 < J[0].abs().max()
+
+
+# ---- check_fixed_head: the einsum head of "find the bug", repaired --------------------------------------
+
+def einsum_head_as_given(Q, K, V):
+    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    return torch.einsum("bij,bid->bjd", P, V)
+
+
+def einsum_head_fixed(Q, K, V):
+    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    return torch.einsum("bij,bjd->bid", P, V)
+
+
+def einsum_head_scores_transposed(Q, K, V):
+    S = torch.einsum("bid,bjd->bji", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    return torch.einsum("bij,bid->bjd", P, V)
+
+
+def einsum_head_softmax_dim0(Q, K, V):
+    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-2)
+    return torch.einsum("bij,bid->bjd", P, V)
+
+
+def einsum_head_column_sum(Q, K, V):
+    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    return torch.einsum("bij,bjd->bjd", P, V)
+
+
+def einsum_head_times_K(Q, K, V):
+    return weights(Q, K) @ K
+
+
+def einsum_head_no_mask(Q, K, V):
+    return weights(Q, K, mask=False) @ V
+
+
+@pytest.mark.parametrize("fn", [einsum_head_fixed, output_solution, output_sdpa])
+def test_fixed_head_solutions_pass(fn):
+    assert_accepted(check_fixed_head(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (einsum_head_as_given, "unchanged"),
+    (einsum_head_scores_transposed, "transposed-scores"),
+    (einsum_head_softmax_dim0, "softmax-over-queries"),
+    (einsum_head_column_sum, "column-sum"),
+    (einsum_head_times_K, "times-K"),
+    (einsum_head_no_mask, "no-mask"),
+    (stub_output, "stub"),
+])
+def test_fixed_head_mistakes_are_named(fn, label):
+    assert_named(check_fixed_head(fn), label)
+
+
+def test_the_unfixed_head_does_not_give_the_answer_away():
+    v = check_fixed_head(einsum_head_as_given)
+    assert "bjd->bid" not in v.message and "bij,bjd" not in v.message, v
+
+
+def test_the_planted_bug_runs_silently_and_reads_the_future():
+    Q, K, V = (torch.randn(1, 5, 4, generator=torch.Generator().manual_seed(s)) for s in range(3))
+    V2 = V.clone()
+    V2[0, -1] += 1.0
+    change = (einsum_head_as_given(Q, K, V2) - einsum_head_as_given(Q, K, V)).abs().amax(-1)[0]
+    assert change[0] > 0                       # output 0 moved when the last value changed
+    assert (einsum_head_fixed(Q, K, V2) - einsum_head_fixed(Q, K, V))[0, :-1].abs().max() == 0
+
+
 def test_an_unrecognised_answer_gets_a_generic_verdict():
     assert check_stable_softmax(lambda z: torch.zeros_like(z)).mistake == "values"
-    assert check_attention_output(lambda Q, K, V: Q).mistake == "shape"
+    assert check_attention_output(lambda Q, K, V: Q[..., :1]).mistake == "shape"
+    assert check_fixed_head(lambda Q, K, V: torch.zeros_like(V)).mistake == "values"
 
 
 def test_every_planted_mistake_is_recognised_as_itself():
     from attnlib.checks import softmax
 
-    for check, mistakes in [(check_stable_softmax, softmax._SOFTMAX_MISTAKES),
-                            (check_attention_output, softmax._ATTENTION_MISTAKES)]:
+    reference = lambda Q, K, V: output_solution(Q, K, V)  # noqa: E731
+    for check, mistakes, cases, ref in [
+        (check_stable_softmax, softmax._SOFTMAX_MISTAKES, softmax._softmax_cases()[1:], stable),
+        (check_attention_output, softmax._ATTENTION_MISTAKES, softmax._attention_cases(), reference),
+        (check_softmax_jacobian, softmax._JACOBIAN_MISTAKES, softmax._jacobian_cases(), jacobian_solution),
+        (check_fixed_head, softmax._FIXED_HEAD_MISTAKES, softmax._attention_cases(), reference),
+    ]:
         for m in mistakes:
             v = check(m.wrong)
-            assert not v.ok and v.mistake == m.label and v.message == m.hint, (m.label, v)
+            assert not v.ok and v.mistake == m.label and v.message.startswith(m.hint), (m.label, v)
+        assert_distinct_on_some_case(cases, ref, mistakes)
+
+
+def assert_distinct_on_some_case(cases, reference, mistakes):
+    """The answer and every planted mistake differ pairwise on at least one case (raising counts as different)."""
+    from attnlib.checks._core import _close
+
+    def run(f, case):
+        try:
+            return f(*case)
+        except RuntimeError:
+            return None
+
+    outs = [[run(f, case) for case in cases] for f in [reference] + [m.wrong for m in mistakes]]
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):
+            same = [a is not None and b is not None and _close(a, b, 1e-5) for a, b in zip(outs[i], outs[j])]
+            assert not all(same), (i, j)

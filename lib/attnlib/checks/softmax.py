@@ -4,6 +4,10 @@
 overflow on large inputs.
 ``check_attention_output(fn)``: ``fn(Q, K, V)`` must return softmax(Q Kᵀ / √d_k + M) V, with Q, K (..., T, d_k)
 and V (..., T, d_v) → (..., T, d_v).
+``check_softmax_jacobian(fn)``: ``fn(z)`` must return the Jacobian ∂p/∂z = diag(p) − p pᵀ of p = softmax(z),
+z (..., n) → (..., n, n), as autograd computes it.
+``check_fixed_head(fn)``: ``fn(Q, K, V)`` is the einsum head of the "find the bug" exercise, repaired: it must
+return softmax(Q Kᵀ / √d_k + M) V for Q, K (B, T, d_k) and V (B, T, d_v).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import torch
 from ..attention import attention, causal_mask, softmax
 from ._core import Mistake, Verdict, checker, judge
 
-__all__ = ["check_stable_softmax", "check_attention_output"]
+__all__ = ["check_stable_softmax", "check_attention_output", "check_softmax_jacobian", "check_fixed_head"]
 
 
 def _softmax_cases() -> list[tuple[torch.Tensor]]:
@@ -64,11 +68,14 @@ def check_stable_softmax(fn) -> Verdict:
 
 def _attention_cases() -> list[tuple[torch.Tensor, ...]]:
     g = torch.Generator().manual_seed(5)
-    # d_k ≠ d_v in both cases, so weights · K cannot pass for weights · V.
-    return [
-        (torch.randn(1, 5, 4, generator=g), torch.randn(1, 5, 4, generator=g), torch.randn(1, 5, 3, generator=g)),
-        (torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 2, generator=g)),
-    ]
+
+    def qkv(B: int, T: int, d_k: int, d_v: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(B, T, d_k, generator=g), torch.randn(B, T, d_k, generator=g),
+                torch.randn(B, T, d_v, generator=g))
+
+    # First T = d_k = d_v, where weights · K, Qᵀ K and a scale by √T all run silently with the right shape;
+    # then an odd T with T ≠ d_k ≠ d_v, and a batch, where they give other numbers or other shapes.
+    return [qkv(2, 6, 6, 6), qkv(1, 5, 4, 3), qkv(2, 7, 8, 2)]
 
 
 def _S(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -87,11 +94,19 @@ def _after(Q, K, V):
 _ATTENTION_MISTAKES = [
     Mistake("times-K",
             "you multiplied the weights by K. K is only used to compute the match (the scores); the information "
-            "that is mixed is V: return P @ V. (The output must have V's last size d_v.)",
+            "that is mixed is V: return P @ V. When d_k = d_v nothing fails, the numbers are simply wrong.",
             lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-1]) + _M(Q)) @ K),
     Mistake("no-scale",
             "you forgot to divide the scores by √d_k before softmax: P = softmax(Q Kᵀ / √d_k + M).",
             lambda Q, K, V: softmax(_S(Q, K) + _M(Q)) @ V),
+    Mistake("scale-by-T",
+            "you divided the scores by √T (Q.shape[-2], the number of positions); the scale is √d_k, the width "
+            "of a query: Q.shape[-1]. The two agree only when T = d_k.",
+            lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-2]) + _M(Q)) @ V),
+    Mistake("Qt-K",
+            "your score table is Qᵀ K (d_k × d_k), not Q Kᵀ (T × T): it only has the right shape when T = d_k. "
+            "Each score is q_i · k_j: Q @ K.transpose(-2, -1).",
+            lambda Q, K, V: softmax(Q.transpose(-2, -1) @ K / math.sqrt(Q.shape[-1]) + _M(Q)) @ V),
     Mistake("scale-by-dk",
             "you divided the scores by d_k; the scale is √d_k (math.sqrt(d_k)), with d_k = Q.shape[-1].",
             lambda Q, K, V: softmax(_S(Q, K) / Q.shape[-1] + _M(Q)) @ V),
@@ -113,5 +128,128 @@ _ATTENTION_MISTAKES = [
 def check_attention_output(fn) -> Verdict:
     """Check ``fn(Q, K, V)``: Q, K (..., T, d_k), V (..., T, d_v) → softmax(Q Kᵀ/√d_k + M) V (..., T, d_v)."""
     return judge(fn, _attention_cases(), lambda Q, K, V: attention(Q, K, V), _ATTENTION_MISTAKES,
-                 success="softmax(Q Kᵀ/√d_k + M) V, for T = 5 (d_k = 4, d_v = 3) and a batch "
-                         "(T = 6, d_k = 8, d_v = 2).")
+                 success="softmax(Q Kᵀ/√d_k + M) V, for T = d_k = d_v = 6, for T = 5 (d_k = 4, d_v = 3) "
+                         "and for T = 7 (d_k = 8, d_v = 2).")
+
+
+# ------------------------------------------------------------------------------------------------
+# Extend: the Jacobian of softmax, ∂p_i/∂z_j = p_i (δ_ij − p_j), checked against autograd.
+
+def _jacobian_cases() -> list[tuple[torch.Tensor]]:
+    g = torch.Generator().manual_seed(506)
+    return [
+        (torch.randn(5, generator=g) * 2,),                             # one row, odd n
+        # a batch: an ordinary row, a saturated one (one score far above the rest: J ≈ 0) and one whose
+        # exp() overflows unless the maximum is subtracted
+        (torch.stack([torch.randn(4, generator=g), torch.tensor([12.0, 0.0, -1.0, 1.0]),
+                      torch.tensor([1000.0, 999.0, 998.0, 997.0])]),),
+    ]
+
+
+def _jacobian_reference(z: torch.Tensor) -> torch.Tensor:
+    """Autograd, one row at a time, in float64: (..., n) → (..., n, n)."""
+    rows = z.detach().double().reshape(-1, z.shape[-1])
+    J = [torch.autograd.functional.jacobian(lambda r: torch.softmax(r, dim=-1), r) for r in rows]
+    return torch.stack(J).reshape(*z.shape, z.shape[-1])
+
+
+def _outer(p: torch.Tensor) -> torch.Tensor:
+    return p[..., :, None] * p[..., None, :]
+
+
+def _naive(z: torch.Tensor) -> torch.Tensor:
+    return z.exp() / z.exp().sum(dim=-1, keepdim=True)
+
+
+def _unbatched(z: torch.Tensor) -> torch.Tensor:
+    p = softmax(z)
+    return torch.diag(p) - torch.outer(p, p)       # fails for a batch (z of 2 axes)
+
+
+def _unbatched_broadcast(z: torch.Tensor) -> torch.Tensor:
+    p = softmax(z)
+    return torch.diag(p) - p[:, None] * p[None, :]  # fails for a batch too, with another message
+
+
+_JACOBIAN_MISTAKES = [
+    Mistake("missing-outer",
+            "you returned diag(p) only. Every p_i depends on every z_j through the sum in the denominator, so "
+            "the off-diagonal entries are not 0: subtract the outer product p pᵀ.",
+            lambda z: torch.diag_embed(softmax(z))),
+    Mistake("missing-diag",
+            "you returned −p pᵀ only. The diagonal also gets the direct term: ∂p_i/∂z_i = p_i − p_i², "
+            "so J = diag(p) − p pᵀ.",
+            lambda z: -_outer(softmax(z))),
+    Mistake("diagonal-only",
+            "you kept only the diagonal p_i (1 − p_i). The off-diagonal entries ∂p_i/∂z_j = −p_i p_j are not "
+            "zero: raising one score lowers every other weight. J = diag(p) − p pᵀ.",
+            lambda z: torch.diag_embed(softmax(z) * (1 - softmax(z)))),
+    Mistake("sign",
+            "your signs are flipped: J = diag(p) − p pᵀ (you wrote p pᵀ − diag(p)). Raising z_i must raise p_i, "
+            "so the diagonal is positive.",
+            lambda z: _outer(softmax(z)) - torch.diag_embed(softmax(z))),
+    Mistake("naive-softmax",
+            "the formula is right but p overflowed: exp(1000) is inf in float32. Compute p with the stable "
+            "softmax (subtract the row maximum) before building J.",
+            lambda z: torch.diag_embed(_naive(z)) - _outer(_naive(z))),
+    Mistake("not-batched",
+            "your function works for one row but not for a batch (..., n): torch.diag and torch.outer only take "
+            "one vector. Use torch.diag_embed(p) and p[..., :, None] * p[..., None, :].",
+            _unbatched),
+    Mistake("not-batched",
+            "your function works for one row but not for a batch (..., n): torch.diag takes one vector, and "
+            "p[:, None] * p[None, :] is the outer product only for a single row. Use torch.diag_embed(p) and "
+            "p[..., :, None] * p[..., None, :].",
+            _unbatched_broadcast),
+]
+
+
+@checker
+def check_softmax_jacobian(fn) -> Verdict:
+    """Check ``fn(z)``: z (..., n) → J (..., n, n) with J[..., i, j] = ∂p_i/∂z_j for p = softmax(z)."""
+    return judge(fn, _jacobian_cases(), _jacobian_reference, _JACOBIAN_MISTAKES,
+                 success="diag(p) − p pᵀ matches autograd on one row of 5 scores and on a batch with a "
+                         "saturated row and a row of scores near 1000.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Find the bug: an einsum head whose last line sums over the query index (out = Pᵀ V).
+
+def _einsum_weights(Q, K, transposed_scores: bool = False, dim: int = -1):
+    S = torch.einsum("bid,bjd->bji" if transposed_scores else "bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    return softmax(S + _M(Q), dim=dim)
+
+
+_FIXED_HEAD_MISTAKES = [
+    Mistake("unchanged",
+            "this is still the function as given: it runs and has the right shape, yet output 0 changes when the "
+            "value of the last position changes. Find the line that lets an early output read a late value.",
+            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K), V)),
+    Mistake("transposed-scores",
+            "you transposed the score table instead of fixing the last line: now the mask and softmax act on "
+            "the wrong axes. Keep S[b, i, j] = q_i · k_j ('bid,bjd->bij'); the bug is in the sum over V.",
+            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K, transposed_scores=True), V)),
+    Mistake("softmax-over-queries",
+            "you moved softmax to the query axis (dim=-2) instead of fixing the last line. Each query's row of "
+            "weights must sum to 1 (dim=-1); then output i is Σ_j P[i, j] v_j.",
+            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K, dim=-2), V)),
+    Mistake("column-sum",
+            "your last line sums P over i and keeps j on both sides ('bij,bjd->bjd'): each value is scaled by "
+            "its column sum, not mixed. Output i must be Σ_j P[i, j] v_j: 'bij,bjd->bid'.",
+            lambda Q, K, V: torch.einsum("bij,bjd->bjd", _einsum_weights(Q, K), V)),
+    Mistake("times-K",
+            "you now mix K instead of V. K only computes the match; the information mixed is V.",
+            lambda Q, K, V: torch.einsum("bij,bjd->bid", _einsum_weights(Q, K), K)),
+    Mistake("no-mask",
+            "you removed the causal mask: the mask was right. Keep M and look at which index the last line "
+            "sums over.",
+            lambda Q, K, V: torch.einsum("bij,bjd->bid", softmax(_S(Q, K) / math.sqrt(Q.shape[-1])), V)),
+]
+
+
+@checker
+def check_fixed_head(fn) -> Verdict:
+    """Check the repaired head ``fn(Q, K, V)``: Q, K (B, T, d_k), V (B, T, d_v) → (B, T, d_v)."""
+    return judge(fn, _attention_cases(), lambda Q, K, V: attention(Q, K, V), _FIXED_HEAD_MISTAKES,
+                 success="output i now mixes the values of positions 0…i with row i of P, "
+                         "for T = d_k = d_v = 6, T = 5 and T = 7.")
