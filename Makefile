@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: setup book test lab learner colab-cell lock test-latest bench lint figures screenshots clean
+.PHONY: setup book test lab notebooks learner colab-cell lock test-latest bench lint figures screenshots clean
 
 $(STAMP): requirements.txt $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ lab: setup  ## open the learner edition in JupyterLab
 	@echo "Opening the learner edition (learner/): exercises with stubs and checkers, no solutions."
 	@echo "The full notebooks, with solutions, are in book/ (and in the rendered book)."
 	$(BIN)/jupyter lab learner/
+
+notebooks: setup  ## re-execute every notebook of book/ from a fresh kernel (outputs stored), then `make learner`
+	for nb in book/*.ipynb; do \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False "$$nb" \
+	  || exit 1; done
+	$(BIN)/python book/_ext/editions.py
 
 learner: setup  ## regenerate the learner edition (learner/) from the book's notebooks
 	$(BIN)/python book/_ext/editions.py

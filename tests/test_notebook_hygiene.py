@@ -49,6 +49,12 @@ def test_outputs_are_stored(nb):
     assert len(with_output) >= len(cells) // 2, f"only {len(with_output)} of {len(cells)} code cells have outputs"
 
 
+def test_no_run_timestamps_in_cell_metadata(nb):
+    """Re-running a notebook must not change bytes that nobody reads (`make notebooks` turns the timing off)."""
+    stamped = [i for i, c in enumerate(nb.cells) if "execution" in c.metadata]
+    assert not stamped, f"cells {stamped[:5]} carry metadata.execution timestamps"
+
+
 def test_no_errors_and_no_warnings_in_outputs(nb):
     for c in code_cells(nb):
         for out in c.outputs:
