@@ -1,18 +1,70 @@
-"""What every exercise checker promises, whatever the chapter: it never raises, and it says why an answer fails.
+"""What every exercise checker promises, whatever the chapter, and the core they are built on (checks._core).
 
 The chapter files (test_checks_<chapter>.py) prove that each checker accepts its solution and names each planted
-mistake; this file covers the behaviour they all share.
+mistake; this file covers the behaviour they all share: a checker never raises, recognises the stub, leaves the
+learner's random state alone, compares tuples element by element, blames a planted mistake only for the same
+error, and cannot be fooled by a function that changes its inputs in place.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
+import sys
+
 import pytest
 import torch
+from torch import nn
 
-from attnlib import checks
+from attnlib import Block, attention, checks, merge_heads
+from attnlib.checks import _core
+from attnlib.checks._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
 
 CHECKERS = [getattr(checks, name) for name in checks.__all__ if name.startswith("check_")]
-IDS = [c.__name__ for c in CHECKERS]
+
+
+def n_answers(check) -> int:
+    """How many answers a checker takes (most take one; a prediction may ask for several)."""
+    params = inspect.signature(inspect.unwrap(check)).parameters.values()
+    return sum(1 for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def call(check, answer) -> Verdict:
+    """The checker on ``answer`` given for each of its parameters."""
+    return check(*[answer] * n_answers(check))
+
+
+def is_prediction(check) -> bool:
+    """A prediction checker judges numbers (judge_number) or other predicted values; its stub is `...`.
+
+    A function checker answers `...` with "not-callable", so any other kind of checker that says "stub" to it
+    is a prediction checker (and is then held to the prediction contract below)."""
+    return "judge_number(" in inspect.getsource(inspect.unwrap(check)) or call(check, ...).mistake == "stub"
+
+
+# A prediction checker of this file, so the prediction contract is exercised even before a chapter has one.
+@checker
+def check_demo_prediction(value) -> Verdict:
+    """Predict the variance of q · k for q, k with d_k = 16 independent standard normal entries."""
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 4000, 16, generator=g).unbind(0)
+    measured = (q * k).sum(-1).var().item()
+    return judge_number(value, measured, [Guess("one", "each term has variance 1, but there are d_k terms.", 1.0)])
+
+
+# A function checker of this file, for the tests that need one whose inner workings they know.
+@checker
+def check_demo_double(fn) -> Verdict:
+    return judge(fn, [(torch.arange(4.0),), (torch.ones(2, 3),)], lambda x: 2 * x,
+                 [Mistake("square", "you squared x; double it instead.", lambda x: x * x)])
+
+
+FUNCTION_CHECKERS = [c for c in CHECKERS if not is_prediction(c)] + [check_demo_double]
+PREDICTION_CHECKERS = [c for c in CHECKERS if is_prediction(c)] + [check_demo_prediction]
+
+
+def ids(cs):
+    return [c.__name__ for c in cs]
 
 
 def stub(*args):
@@ -23,33 +75,420 @@ def crashes(*args):
     raise RuntimeError("boom")
 
 
+def draws_then_zeros(*args):
+    """A wrong answer that draws from the global generator, as a learner's `nn.Linear(...)` or `torch.randn` does."""
+    torch.rand(5)
+    nn.Linear(3, 3)
+    return torch.zeros(1)
+
+
+def draws_then_raises(*args):
+    torch.randn(4)
+    raise ValueError("shapes do not match")
+
+
+def torch_not_implemented(*args):
+    """Torch's own NotImplementedError, raised from its C++ core: not the stub."""
+    return torch.eye(3).to_sparse().view(9)
+
+
+def module_not_implemented(*args):
+    """Torch's own NotImplementedError, raised by torch's Python code (a Module without forward): not the stub."""
+    return nn.Module()(torch.zeros(1))
+
+
+def could_not_judge(verdict: Verdict) -> bool:
+    return verdict.message.startswith("the checker could not judge")
+
+
 def test_every_chapter_has_at_least_two_checkers():
     for module in checks._CHAPTERS:
         names = [n for n in module.__all__ if n.startswith("check_")]
         assert len(names) >= 2, (module.__name__, names)
 
 
-@pytest.mark.parametrize("check", CHECKERS, ids=IDS)
+# ----------------------------------------------------------------------------------------------------------------
+# The contract of every function checker
+# ----------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
 def test_the_stub_is_recognised(check):
-    verdict = check(stub)
+    verdict = call(check, stub)
     assert not verdict.ok and verdict.mistake == "stub", verdict
     assert repr(verdict).startswith("✗ not yet") and "stub" in verdict.message
 
 
-@pytest.mark.parametrize("check", CHECKERS, ids=IDS)
+@pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
+@pytest.mark.parametrize("answer", [torch_not_implemented, module_not_implemented])
+def test_torchs_own_not_implemented_error_is_not_taken_for_the_stub(check, answer):
+    verdict = call(check, answer)
+    assert not verdict.ok and verdict.mistake == "error", verdict
+    assert "NotImplementedError" in verdict.message and not could_not_judge(verdict), verdict
+
+
+@pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
 def test_a_checker_never_raises_on_a_broken_answer(check):
-    for answer, label in [(crashes, "error"), (lambda *a: None, "none"), (42, "not-callable")]:
-        verdict = check(answer)
+    for answer, label in [(crashes, "error"), (lambda *a: None, "none"), (42, "not-callable"), (..., "not-callable")]:
+        verdict = call(check, answer)
         assert not verdict.ok and verdict.mistake == label, (label, verdict)
-        assert verdict.message
-    verdict = check(lambda *a: "not a tensor")
-    assert not verdict.ok and verdict.message
+        assert verdict.message and not could_not_judge(verdict), verdict
+    odd = (lambda *a: "not a tensor", lambda *a: (torch.zeros(1),) * 7, lambda *a: torch.full((2, 2), math.nan))
+    for answer in odd:
+        verdict = call(check, answer)
+        assert not verdict.ok and verdict.message and not could_not_judge(verdict), verdict
 
 
-@pytest.mark.parametrize("check", CHECKERS, ids=IDS)
-def test_a_checker_leaves_the_learners_random_state_alone(check):
+# ----------------------------------------------------------------------------------------------------------------
+# The contract of every prediction checker (its stub is `my_number = ...`)
+# ----------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("check", PREDICTION_CHECKERS, ids=ids(PREDICTION_CHECKERS))
+def test_a_prediction_stub_is_recognised(check):
+    for stub_value in (..., None):
+        verdict = call(check, stub_value)
+        assert not verdict.ok and verdict.mistake == "stub", verdict
+        assert repr(verdict).startswith("✗ not yet")
+
+
+@pytest.mark.parametrize("check", PREDICTION_CHECKERS, ids=ids(PREDICTION_CHECKERS))
+def test_a_prediction_checker_never_raises_on_odd_answers(check):
+    for answer in ("0.5", math.nan, torch.tensor(math.nan), torch.ones(2, 2), [1.0, "two"], True, stub):
+        verdict = call(check, answer)
+        assert isinstance(verdict, Verdict) and not verdict.ok, (answer, verdict)
+        assert verdict.mistake not in (None, "stub") and not could_not_judge(verdict), (answer, verdict)
+    for answer in (-1e300, math.inf, torch.tensor([2.0]), [0, 1], 10**400):
+        verdict = call(check, answer)             # judged, right or wrong, never a crash
+        assert isinstance(verdict, Verdict) and not could_not_judge(verdict), (answer, verdict)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The learner's random state
+# ----------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def correct_answers(monkeypatch):
+    """Make every checker judge its own reference (or measured number): the path of a correct answer.
+
+    judge and judge_number are swapped, in each checker module, for versions that hand the reference to the
+    real judge in place of the learner's answer; checkers stay untouched otherwise.
+    """
+    real_judge, real_judge_number = judge, judge_number
+
+    def judge_reference(fn, cases, reference, *args, **kwargs):
+        return real_judge(reference if reference is not None else fn, cases, reference, *args, **kwargs)
+
+    def judge_want(value, want, *args, **kwargs):
+        return real_judge_number(want, want, *args, **kwargs)
+
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name.startswith("attnlib.checks.") or name == __name__):
+            if getattr(module, "judge", None) is real_judge:
+                monkeypatch.setattr(module, "judge", judge_reference)
+            if getattr(module, "judge_number", None) is real_judge_number:
+                monkeypatch.setattr(module, "judge_number", judge_want)
+
+
+ALL = FUNCTION_CHECKERS + PREDICTION_CHECKERS
+
+
+def rng_after(check, *answers) -> tuple[Verdict, torch.Tensor, torch.Tensor]:
     torch.manual_seed(123)
     want = torch.rand(3)
     torch.manual_seed(123)
-    check(stub)
-    assert torch.equal(torch.rand(3), want), "the checker reseeded or drew from the global generator"
+    verdict = check(*answers) if len(answers) == n_answers(check) else call(check, *answers)
+    return verdict, torch.rand(3), want
+
+
+@pytest.mark.parametrize("check", ALL, ids=ids(ALL))
+def test_a_checker_leaves_the_learners_random_state_alone_on_wrong_answers(check):
+    answers = ([..., 0.0, "many"] if check in PREDICTION_CHECKERS
+               else [stub, draws_then_zeros, draws_then_raises, crashes])
+    for answer in answers:
+        verdict, got, want = rng_after(check, answer)
+        assert not verdict.ok, (answer, verdict)
+        assert torch.equal(got, want), f"{getattr(answer, '__name__', answer)!r}: the global generator moved"
+
+
+def cached_generation(model, ids, n_new):
+    """Greedy generation that keeps each layer's K and V: a correct answer to check_cached_generation."""
+    past = [None] * len(model.blocks)
+    out, new = ids, ids
+    for _ in range(n_new):
+        offset = out.shape[1] - new.shape[1]
+        X = model.embed_tokens(new, offset)
+        for l, block in enumerate(model.blocks):
+            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
+            if past[l] is not None:
+                K, V = torch.cat([past[l][0], K], dim=-2), torch.cat([past[l][1], V], dim=-2)
+            past[l] = K, V
+            X = X + block.attn.W_O(merge_heads(attention(Q, K, V)))
+            X = X + block.mlp(block.ln_2(X))
+        new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+        out = torch.cat([out, new], dim=1)
+    return out
+
+
+# Correct answers for the checkers that are not built on judge or judge_number (the fixture cannot make those
+# judge their own reference). Each entry is the tuple of answers the checker takes.
+CORRECT = {
+    "check_build_blocks": (lambda L, d_model, h: nn.ModuleList(Block(d_model, h) for _ in range(L)),),
+    "check_changed_positions": ([3], [3, 4, 5, 6]),       # token 3 of 7 edited: the MLP, then the block
+    "check_cached_generation": (cached_generation,),
+}
+
+
+@pytest.mark.parametrize("check", ALL, ids=ids(ALL))
+def test_a_checker_leaves_the_learners_random_state_alone_on_a_correct_answer(check, correct_answers):
+    answers = CORRECT.get(check.__name__, (lambda *a: None,))
+    verdict, got, want = rng_after(check, *answers)
+    assert verdict.ok, (f"{check.__name__} did not accept a correct answer: {verdict}. If it is not built on "
+                        f"judge or judge_number, add a correct answer to CORRECT in this file.")
+    assert torch.equal(got, want), "the global generator moved while the checker judged a correct answer"
+
+
+def test_the_checker_decorator_is_what_protects_the_random_state():
+    """Control: the same checker without @checker lets the learner's draws move the global generator."""
+    raw = inspect.unwrap(check_demo_double)
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    assert raw(draws_then_zeros).mistake == "shape"
+    assert not torch.equal(torch.rand(3), want), "the control is void: the answer did not draw"
+    verdict, got, want = rng_after(check_demo_double, draws_then_zeros)
+    assert verdict.mistake == "shape" and torch.equal(got, want)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The core: tuples, errors, the stub, inputs changed in place
+# ----------------------------------------------------------------------------------------------------------------
+
+def _pair_cases():
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(3, 4, generator=g), torch.randn(4, 6, generator=g))]
+
+
+def _pair(A, W):
+    """A (3, 4), W (4, 6) → (A @ W (3, 6), W.T (6, 4)): two results of different shapes."""
+    return A @ W, W.T
+
+
+def test_a_tuple_result_is_accepted_as_a_tuple_or_a_list():
+    assert judge(_pair, _pair_cases(), _pair).ok
+    assert judge(lambda A, W: list(_pair(A, W)), _pair_cases(), _pair).ok
+
+
+def test_each_element_of_a_tuple_keeps_its_shape():
+    """Same numbers, same count, wrong shape: flattening the elements would accept it."""
+    verdict = judge(lambda A, W: (A @ W, W), _pair_cases(), _pair)      # (4, 6) instead of (6, 4)
+    assert not verdict.ok and verdict.mistake == "shape", verdict
+    assert "element 2 of 2" in verdict.message and "(4, 6)" in verdict.message and "(6, 4)" in verdict.message
+    verdict = judge(lambda A, W: ((A @ W).reshape(6, 3), W.T), _pair_cases(), _pair)
+    assert verdict.mistake == "shape" and "element 1 of 2" in verdict.message, verdict
+
+
+def test_a_tuple_with_the_wrong_number_of_elements_is_named():
+    verdict = judge(lambda A, W: (A @ W,), _pair_cases(), _pair)
+    assert verdict.mistake == "length" and "2 results, got 1" in verdict.message, verdict
+    verdict = judge(lambda A, W: (*_pair(A, W), A), _pair_cases(), _pair)
+    assert verdict.mistake == "length" and "got 3" in verdict.message, verdict
+
+
+def test_a_single_tensor_is_not_a_tuple():
+    verdict = judge(lambda A, W: torch.cat([t.reshape(-1) for t in _pair(A, W)]), _pair_cases(), _pair)
+    assert verdict.mistake == "type" and "tuple of 2" in verdict.message, verdict
+    verdict = judge(lambda A, W: (A @ W, None), _pair_cases(), _pair)
+    assert verdict.mistake == "type" and "element 2 of 2" in verdict.message, verdict
+
+
+def test_values_of_one_element_are_reported_with_its_position():
+    verdict = judge(lambda A, W: (A @ W, 2 * W.T), _pair_cases(), _pair)
+    assert verdict.mistake == "values" and "element 2 of 2" in verdict.message, verdict
+    verdict = judge(lambda A, W: (A @ W, W.T[:, :2]), _pair_cases(), _pair)   # shape beats values in the hint
+    assert verdict.mistake == "shape", verdict
+
+
+def test_a_mistake_is_matched_element_by_element():
+    swapped = Mistake("swapped", "swap them back.", lambda A, W: (W.T, A @ W))
+    verdict = judge(lambda A, W: (W.T, A @ W), _pair_cases(), _pair, [swapped])
+    assert verdict.mistake == "swapped", verdict
+    reshaped = Mistake("reshaped", "a mistake of other shapes must not claim it.",
+                       lambda A, W: ((A @ W).reshape(6, 3), W))
+    verdict = judge(lambda A, W: ((A @ W).reshape(3, 6), W), _pair_cases(), _pair, [reshaped])
+    assert verdict.mistake == "shape", verdict
+
+
+def test_an_error_is_blamed_on_a_mistake_only_when_type_and_message_match():
+    case = [(torch.ones(3),)]
+
+    def wrong_axis(x):
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
+
+    mistakes = [Mistake("wrong-axis", "use the last axis.", wrong_axis)]
+    same = judge(wrong_axis, case, lambda x: x, mistakes)
+    assert same.mistake == "wrong-axis" and "IndexError" in same.message, same
+
+    def other_index_error(x):
+        return x[7]
+
+    other = judge(other_index_error, case, lambda x: x, mistakes)
+    assert other.mistake == "error" and "use the last axis" not in other.message, other
+
+    def same_message_other_type(x):
+        raise ValueError("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
+
+    assert judge(same_message_other_type, case, lambda x: x, mistakes).mistake == "error"
+
+
+def test_only_a_raise_in_the_learners_own_code_is_the_stub():
+    case = [(torch.ones(3),)]
+    assert judge(stub, case, lambda x: x).mistake == "stub"
+    assert judge(lambda x: stub(x), case, lambda x: x).mistake == "stub"      # a helper of the learner's
+    for answer in (torch_not_implemented, module_not_implemented):
+        verdict = judge(answer, case, lambda x: x)
+        assert verdict.mistake == "error" and "inside torch" in verdict.message, verdict
+
+
+def test_an_exception_from_a_checkers_own_code_is_not_blamed_on_the_learner():
+    @checker
+    def check_broken(fn) -> Verdict:
+        raise KeyError("the checker's own bug")
+
+    verdict = check_broken(lambda: None)
+    assert not verdict.ok and verdict.mistake == "error" and could_not_judge(verdict), verdict
+
+
+def _linear_case():
+    g = torch.Generator().manual_seed(1)
+    lin = nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(3, 4, generator=g))
+        lin.bias.copy_(torch.randn(3, generator=g))
+    return (torch.randn(2, 4, generator=g), lin)
+
+
+CACHED = [_linear_case()]            # a cached case, as module-level test inputs are
+
+
+def _apply(x, lin):
+    return lin(x)
+
+
+def test_a_learner_who_changes_the_inputs_in_place_changes_no_verdict():
+    saved_x, saved_w = CACHED[0][0].clone(), CACHED[0][1].weight.detach().clone()
+
+    def correct_then_vandal(x, lin):
+        out = lin(x)
+        with torch.no_grad():
+            lin.weight.zero_()
+            lin.bias.zero_()
+        x.fill_(7.0)
+        return out
+
+    def vandal_then_zeros(x, lin):
+        x.zero_()
+        with torch.no_grad():
+            lin.weight.fill_(1.0)
+        return torch.zeros(2, 3)
+
+    mistakes = [Mistake("no-bias", "add the bias.", lambda x, lin: x @ lin.weight.T)]
+    # the reference and the mistakes see untouched inputs, so the output computed before the damage is right
+    assert judge(correct_then_vandal, CACHED, _apply, mistakes).ok
+    assert not judge(vandal_then_zeros, CACHED, _apply, mistakes).ok
+    assert torch.equal(CACHED[0][0], saved_x) and torch.equal(CACHED[0][1].weight, saved_w)
+    assert judge(_apply, CACHED, _apply, mistakes).ok                    # a later verdict is unchanged
+    assert judge(lambda x, lin: x @ lin.weight.T, CACHED, _apply, mistakes).mistake == "no-bias"
+
+
+def test_tensors_shared_inside_one_case_stay_shared_in_the_learners_copy():
+    """The case is copied as a whole, so an alias inside it is still an alias (as outside a checker)."""
+    x = torch.randn(2, 4)
+    case = (x, x)
+
+    def aliased(a, b):
+        a.add_(1.0)                     # b is the same tensor as a: it sees the change
+        return b.clone()
+
+    assert judge(aliased, [case], lambda a, b: b + 1.0).ok
+    assert torch.equal(case[0], x) and case[0] is case[1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# judge_number and progress
+# ----------------------------------------------------------------------------------------------------------------
+
+GUESSES = [Guess("forgot-sqrt", "you forgot the square root.", 16.0), Guess("near", "too close to tell.", 4.2)]
+
+
+@pytest.mark.parametrize("value", [..., None])
+def test_judge_number_stub(value):
+    verdict = judge_number(value, 4.0, GUESSES)
+    assert verdict.mistake == "stub" and "replace `...`" in verdict.message
+
+
+@pytest.mark.parametrize("value", [4.0, 4.3, 3.7, 4, torch.tensor(4.1), torch.tensor([3.9])])
+def test_judge_number_accepts_within_the_relative_tolerance(value):
+    verdict = judge_number(value, 4.0, GUESSES, rtol=0.1)
+    assert verdict.ok and verdict.mistake is None and "measured 4" in verdict.message, verdict
+
+
+def test_judge_number_names_a_typical_wrong_guess_only_when_it_is_wrong():
+    verdict = judge_number(16.5, 4.0, GUESSES)
+    assert verdict.mistake == "forgot-sqrt" and "square root" in verdict.message
+    # 4.2 is also within 10 % of the measured 4.0: the answer is right, the guess does not claim it
+    assert judge_number(4.2, 4.0, GUESSES).ok
+
+
+@pytest.mark.parametrize("value, side", [(9.0, "high"), (1.0, "low"), (-4.0, "low")])
+def test_judge_number_says_which_side_an_unknown_wrong_number_is_on(value, side):
+    verdict = judge_number(value, 4.0, GUESSES)
+    assert verdict.mistake == "values" and f"too {side}" in verdict.message
+
+
+@pytest.mark.parametrize("value", ["4", "four", math.nan, True, torch.ones(2), torch.tensor(True), [4.0], 10**400])
+def test_judge_number_rejects_what_is_not_one_number(value):
+    verdict = judge_number(value, 4.0, GUESSES)
+    assert not verdict.ok and verdict.mistake == "type", (value, verdict)
+
+
+def test_judge_number_with_a_measured_zero():
+    assert judge_number(0.0, 0.0).ok
+    assert judge_number(0.01, 0.0).mistake == "values"
+
+
+@pytest.fixture
+def fresh_progress(monkeypatch):
+    monkeypatch.setattr(_core, "_LAST", {})
+
+
+def test_progress_reports_the_last_verdict_of_each_checker(fresh_progress, capsys):
+    exercises = (("Double a tensor", "check_demo_double"), ("Predict the variance", "check_demo_prediction"),
+                 ("Never run", "check_nothing"))
+    progress(*exercises)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["Double a tensor       – not run yet", "Predict the variance  – not run yet",
+                       "Never run             – not run yet"]
+    assert out[3] == "0 of 3 exercises pass."
+
+    assert check_demo_double(lambda x: 2 * x).ok
+    assert not check_demo_prediction(...).ok
+    progress(*exercises)
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["Double a tensor       ✓ passes", "Predict the variance  ✗ not yet",
+                   "Never run             – not run yet", "1 of 3 exercises pass."]
+
+    assert check_demo_double(lambda x: x * x).mistake == "square"      # the latest verdict counts
+    progress(*exercises)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Double a tensor       ✗ not yet" and out[-1] == "0 of 3 exercises pass."
+
+
+def test_progress_with_no_exercises(fresh_progress, capsys):
+    progress()
+    assert capsys.readouterr().out == "0 of 0 exercises pass.\n"
+
+
+def test_a_verdict_prints_in_lines_of_at_most_88_characters():
+    verdict = Verdict(False, "word " * 60, "values")
+    lines = repr(verdict).splitlines()
+    assert len(lines) > 2 and all(len(line) <= 88 for line in lines)
+    assert lines[0].startswith("✗ not yet: ") and all(line.startswith("   ") for line in lines[1:])

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from attnlib import GPT, Block, MultiHeadAttention
+from attnlib import GPT, Block, MultiHeadAttention, softmax
 from attnlib.costs import (
     activation_elements,
     attention_flops,
@@ -94,13 +96,71 @@ def test_activation_formulas_match_tensor_sizes():
     assert cache.K.numel() + cache.V.numel() == a["kv_cache"]
 
 
+class ElementWork(TorchDispatchMode):
+    """An independent count of elementwise work: for every arithmetic operator (pointwise or reduction, not a copy
+    or a view), the number of elements of its largest input or output, grouped by what that tensor is."""
+
+    def __init__(self, n_scores: int):
+        super().__init__()
+        self.n_scores = n_scores
+        self.work = {"scores": 0, "gelu": 0, "layer_norm": 0}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+        largest = max((t.numel() for t in tensors), default=0)
+        if name == "gelu":
+            self.work["gelu"] += largest
+        elif name == "native_layer_norm":
+            self.work["layer_norm"] += largest
+        elif ((torch.Tag.pointwise in func.tags or torch.Tag.reduction in func.tags)
+              and name not in ("clone", "copy_") and largest == self.n_scores):
+            self.work["scores"] += largest               # scale, mask, and each step of the book's softmax
+        return out
+
+
+@pytest.mark.parametrize("B, T, d_model, h, d_ff", [(2, 7, 16, 4, 24), (1, 10, 16, 2, None), (3, 5, 12, 6, 20)])
+def test_elementwise_ops_match_the_elements_the_block_touches(B, T, d_model, h, d_ff):
+    """elementwise_ops against what a plain Block really runs: one operation per score for the scale, the mask and
+    each of the softmax's max, subtract, exp, sum and divide; GELU and LayerNorm at the documented 8 per element."""
+    torch.manual_seed(0)
+    e = elementwise_ops(B, T, d_model, h, d_ff)
+    counter = ElementWork(n_scores=B * h * T * T)
+    with torch.no_grad(), counter:
+        Block(d_model, h, d_ff, backend="plain")(torch.randn(B, T, d_model))
+    assert counter.work["scores"] == e["scale_mask"] + e["softmax"]
+    assert e["gelu"] == 8 * counter.work["gelu"] and counter.work["gelu"] > 0
+    assert e["layernorms"] == 8 * counter.work["layer_norm"] and counter.work["layer_norm"] > 0
+    softmax_only = ElementWork(n_scores=B * h * T * T)
+    with softmax_only:
+        softmax(torch.randn(B, h, T, T))
+    assert softmax_only.work["scores"] == e["softmax"]
+
+
 def test_elementwise_work_is_quadratic_in_T_for_scores_only():
-    small, big = elementwise_ops(1, 10, 16, 4), elementwise_ops(1, 20, 16, 4)
-    assert big["softmax"] == 4 * small["softmax"] and big["gelu"] == 2 * small["gelu"]
+    work = {}
+    for T in (10, 20):
+        counter = ElementWork(n_scores=4 * T * T)
+        with torch.no_grad(), counter:
+            Block(16, 4, backend="plain")(torch.randn(1, T, 16))
+        work[T] = counter.work
+    assert work[20]["scores"] == 4 * work[10]["scores"]
+    assert work[20]["gelu"] == 2 * work[10]["gelu"] and work[20]["layer_norm"] == 2 * work[10]["layer_norm"]
 
 
-def test_flops_do_not_depend_on_the_number_of_heads():
-    assert attention_flops(2, 8, 16, 1) == attention_flops(2, 8, 16, 4) == attention_flops(2, 8, 16, 16)
+@pytest.mark.parametrize("backend", ["plain", "sdpa"])
+def test_measured_flops_do_not_depend_on_the_number_of_heads(backend):
+    """h heads of d_model / h columns do the work of one head of d_model columns: measured, not assumed."""
+    B, T, d_model = 2, 8, 16
+    x = torch.randn(B, T, d_model)
+    counts = {}
+    for h in (1, 4, 16):
+        mha = MultiHeadAttention(d_model, h, backend=backend)
+        with sdpa_kernel(SDPBackend.MATH):
+            counts[h] = count_flops(lambda m=mha: m(x))
+    assert counts[1] == counts[4] == counts[16] == sum(attention_flops(B, T, d_model, 4).values())
+    assert counts[1] != count_flops(lambda: MultiHeadAttention(d_model, 4, backend=backend)(x[:, :T // 2]))
 
 
 def test_bad_sizes_are_rejected():

@@ -2,8 +2,9 @@
 
 One strict build (`jupyter-book build . -W -n --keep-going`) into a temporary folder, then every page opened in
 headless Chromium with all traffic to other hosts blocked: math typeset by the local MathJax, images loaded,
-a Colab link on every chapter, no broken internal link or anchor, no console errors, search working,
-download and copy buttons present, plots readable in the dark theme.
+a Colab link on every chapter that opens its learner edition, no broken internal link or anchor, no console
+errors, search working, download and copy buttons present, plots readable in the dark theme, no code block wider
+than its column at a 1280 px desktop viewport, and the verdict glyphs ✓ and ✗ drawn with a font that has them.
 
 Screenshots for book/how_to_use.md are taken here too. They are written to book/images/ only with
 UPDATE_SCREENSHOTS=1 (`make screenshots`); otherwise they go to a temporary folder and the committed ones
@@ -21,6 +22,7 @@ import http.server
 import os
 import pathlib
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -241,6 +243,34 @@ PAGE_FACTS_JS = """() => {
 }"""
 
 
+# Opens every dropdown (solutions, hidden cells) so that the code inside is laid out and can be measured.
+OPEN_DROPDOWNS_JS = """() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+  document.querySelectorAll('button.toggle-button').forEach(b => b.classList.remove('toggle-button-hidden'));
+}"""
+
+# Code blocks, input or output, that need a horizontal scroll bar: the <pre>, or a box around it, is wider inside
+# than it is shown. Each is reported with where it is and the first characters of its longest line.
+OVERFLOW_JS = """() => Array.from(document.querySelectorAll('article pre')).map(pre => {
+  const boxes = [pre, pre.closest('div.highlight'), pre.closest('.output, .cell_output, .cell_input')]
+    .filter(Boolean);
+  const shown = boxes.filter(b => b.clientWidth > 0);
+  if (!shown.length) return null;
+  const over = Math.max(...shown.map(b => b.scrollWidth - b.clientWidth));
+  if (over <= 1) return null;
+  const kind = pre.closest('.cell_output, .output') ? 'output' : pre.closest('.cell_input') ? 'input' : 'code';
+  const lines = pre.textContent.split('\\n');
+  const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+  const sol = pre.closest('div.solution');
+  const exercise = sol && sol.querySelector('.admonition-title a[href*="#"], p.admonition-title a[href*="#"]');
+  const section = sol ? 'the solution of #' + (exercise ? exercise.getAttribute('href').split('#').pop() : sol.id)
+                      : '#' + ((pre.closest('section[id]') || {}).id || '');
+  return {kind, px: over, width: pre.clientWidth, chars: longest.length, section,
+          line: longest.trim().slice(0, 50)};
+}).filter(Boolean)"""
+
+
 @dataclasses.dataclass
 class Visit:
     doc: str
@@ -310,6 +340,12 @@ def visit(browser, base: str, root: pathlib.Path, doc: str) -> Visit:
         page.wait_for_timeout(100)                        # late console messages
         facts = page.evaluate(PAGE_FACTS_JS)
         page_ids = set(page.evaluate("() => Array.from(document.querySelectorAll('[id]')).map(e => e.id)"))
+        facts["outputText"] = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.cell_output')).map(e => e.textContent).join('\\n')")
+        facts["exercises"] = page.evaluate("() => document.querySelectorAll('div.exercise').length")
+        page.evaluate(OPEN_DROPDOWNS_JS)
+        page.wait_for_timeout(50)
+        facts["overflow"] = page.evaluate(OVERFLOW_JS)
     finally:
         context.close()
     kept = []
@@ -334,6 +370,7 @@ def visits(site, browser, build) -> dict[str, Visit]:
         except Exception as exc:  # noqa: BLE001 - one page that cannot be opened must not hide the others
             nothing = {"math": 0, "mjx": 0, "merror": [], "badImages": [], "links": [], "colab": [], "downloads": [],
                        "codeBlocks": 0, "copyButtons": 0, "mathjaxScripts": [], "seeThroughPlots": [],
+                       "outputText": "", "exercises": 0, "overflow": [],
                        "problems": [f"the page could not be opened: {str(exc).splitlines()[0]}"]}
             found[doc] = Visit(doc, nothing, list(nothing["problems"]), [], [])
     return found
@@ -396,14 +433,44 @@ def test_plots_have_an_opaque_background(visits, doc):
     assert not bad, f"{doc}: plots with a transparent background (was attnlib.setup() called first?): {bad}"
 
 
+def learner_notebook(doc: str) -> str:
+    """The learner edition of a chapter ("book/04_mask" → "learner/04_mask.ipynb"): what Colab should open."""
+    return f"learner/{doc.rsplit('/', 1)[-1]}.ipynb"
+
+
 @browser_test
 @pytest.mark.parametrize("doc", CHAPTERS)
-def test_chapter_has_an_open_in_colab_link(visits, doc):
+def test_chapter_has_an_open_in_colab_link_to_the_learner_edition(visits, doc):
     owner_repo = urllib.parse.urlsplit(repo_url()).path.strip("/")
     branch = config()["repository"].get("branch", "main")
+    target = learner_notebook(doc)
     links = visits[doc].facts["colab"]
-    good = [h for h in links if h.endswith(f"/blob/{branch}/{doc}.ipynb") and f"/github/{owner_repo}/" in h]
-    assert good, f"{doc}: no Colab link to github/{owner_repo}/blob/{branch}/{doc}.ipynb; found {links}"
+    good = [h for h in links if h.endswith(f"/blob/{branch}/{target}") and f"/github/{owner_repo}/" in h]
+    assert good, f"{doc}: no Colab link to github/{owner_repo}/blob/{branch}/{target}; found {links}"
+    assert (ROOT / target).is_file(), f"the Colab link opens {target}, which is not in the repository"
+    wrong = [h for h in links if h.endswith(f"/{doc}.ipynb")]
+    assert not wrong, f"{doc}: a Colab link opens the edition with solutions: {wrong}"
+
+
+@browser_test
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_code_block_needs_horizontal_scrolling(visits, doc):
+    """At a 1280 px desktop viewport every code cell and every output fits its column (dropdowns opened)."""
+    over = visits[doc].facts["overflow"]
+    assert not over, f"{doc}: {len(over)} code block(s) wider than the column at 1280 px:\n" + "\n".join(
+        f"  {o['kind']} in {o['section']}: {o['px']} px too wide, longest line {o['chars']} characters: "
+        f"{o['line']!r}" for o in over)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_verdict_glyphs_are_in_the_checker_outputs(visits, doc):
+    f = visits[doc].facts
+    if not f["exercises"]:
+        pytest.skip(f"{doc} has no exercise")
+    text = f["outputText"]
+    assert "✗ not yet: " in text, f"{doc}: no stub verdict ('✗ not yet: …') among the outputs"
+    assert "✓ correct: " in text, f"{doc}: no solution verdict ('✓ correct: …') among the outputs"
 
 
 @browser_test
@@ -422,6 +489,65 @@ def test_copy_buttons_on_every_code_block(visits):
                if v.facts["copyButtons"] != v.facts["codeBlocks"]}
     assert not missing, f"pages where code blocks lack a copy button (blocks, buttons): {missing}"
     assert sum(v.facts["copyButtons"] for v in visits.values()) > 0, "no copy button anywhere in the book"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The verdict glyphs ✓ and ✗ have a real font
+# ----------------------------------------------------------------------------------------------------------------
+
+VERDICT_GLYPHS = {"✓": "2713", "✗": "2717"}
+
+
+def fonts_covering(codepoint: str, mono: bool = False) -> set[str]:
+    """Font families fontconfig says contain the code point (hex), e.g. fonts_covering("2713", mono=True)."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        _browser_missing("fontconfig's fc-list is not installed")
+    pattern = f":charset={codepoint}" + (":spacing=mono" if mono else "")
+    out = subprocess.run([fc_list, pattern, "family"], capture_output=True, text=True, check=True).stdout
+    return {family.strip() for line in out.splitlines() for family in line.split(",") if family.strip()}
+
+
+def test_an_installed_monospace_font_has_the_verdict_glyphs():
+    for glyph, code in VERDICT_GLYPHS.items():
+        assert fonts_covering(code, mono=True), (
+            f"no installed monospace font has {glyph} (U+{code}): checker verdicts would show a box; install "
+            f"DejaVu Sans Mono (Debian: fonts-dejavu-core)")
+
+
+@browser_test
+def test_verdict_glyphs_render_with_a_font_that_has_them(site, browser, build):
+    """Chromium draws the glyphs of a verdict with fonts that contain them (not a box from a fallback font)."""
+    covering = set.intersection(*(fonts_covering(code) for code in VERDICT_GLYPHS.values()))
+    pages = _pages_with(build, "✓ correct: ")
+    if not pages:
+        _cannot_take("no chapter page shows a verdict '✓ correct: …'")
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside)
+    try:
+        page.goto(site + f"{pages[0]}.html", wait_until="load")
+        found = page.evaluate("""() => {
+            const pre = Array.from(document.querySelectorAll('.cell_output pre'))
+              .find(p => p.textContent.includes('✓ correct: '));
+            if (!pre) return false;
+            const probe = document.createElement('span');
+            probe.id = 'verdict-glyph-probe';
+            probe.textContent = '✓✗';
+            pre.appendChild(probe);
+            return true;
+        }""")
+        assert found, f"{pages[0]}: no output block holds '✓ correct: '"
+        cdp = context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "#verdict-glyph-probe"})["nodeId"]
+        used = {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]}
+    finally:
+        context.close()
+    assert used, f"{pages[0]}: Chromium reports no font for the verdict glyphs"
+    assert used <= covering, (f"{pages[0]}: the verdict glyphs are drawn with {sorted(used)}, but only "
+                              f"{sorted(covering)} contain both ✓ and ✗")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -452,6 +578,19 @@ def png_size(path: pathlib.Path) -> tuple[int, int]:
     data = path.read_bytes()[:33]
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path.name} is not a PNG"
     return struct.unpack(">II", data[16:24])
+
+
+def _cannot_take(msg: str):
+    """A screenshot that cannot be taken: a failure in CI or when retaking screenshots, a skip otherwise."""
+    if IN_CI or UPDATE_SCREENSHOTS:
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def assert_size(path: pathlib.Path, width: tuple[int, int], height: tuple[int, int]) -> None:
+    w, h = png_size(path)
+    assert width[0] <= w <= width[1] and height[0] <= h <= height[1], (
+        f"{path.name} is {w}×{h} px; expected a width in {width} and a height in {height}")
 
 
 def _pages_with(build, needle: str) -> list[str]:
@@ -486,17 +625,15 @@ def test_screenshot_launch_menu(site, browser, build, shots_dir):
         page.screenshot(path=str(shots_dir / "launch-buttons.png"))
     finally:
         context.close()
-    assert png_size(shots_dir / "launch-buttons.png")[0] > 0
+    assert_size(shots_dir / "launch-buttons.png", width=(1200, 1200), height=(600, 600))   # the viewport
 
 
 @browser_test
 def test_screenshot_exercise_with_solution_open(site, browser, build, shots_dir):
     pages = _pages_with(build, "solution dropdown")
     if not pages:
-        msg = "no chapter has an exercise with a solution dropdown yet"
-        if UPDATE_SCREENSHOTS:
-            pytest.fail(msg + ": cannot retake exercise-solution.png")
-        pytest.skip(msg)
+        _cannot_take("no chapter page has the class 'solution dropdown' (sphinx-exercise's gated solution): "
+                     "cannot take exercise-solution.png")
     outside: list[str] = []
     context, page = new_page(browser, site, outside, width=1100, height=900)
     try:
@@ -523,7 +660,8 @@ def test_screenshot_exercise_with_solution_open(site, browser, build, shots_dir)
                               "height": height})
     finally:
         context.close()
-    assert png_size(shots_dir / "exercise-solution.png")[0] > 0
+    # the article column at a 1100 px viewport, from the exercise's title to the end of its open solution
+    assert_size(shots_dir / "exercise-solution.png", width=(500, 1100), height=(150, 1400))
 
 
 OPAQUE_CORNERS_JS = """() => Array.from(document.querySelectorAll('.cell_output img')).map(img => {
@@ -542,10 +680,7 @@ def test_screenshot_dark_theme_plots_are_legible(site, browser, build, shots_dir
     """Plots keep their opaque white background (attnlib.setup()) and are not dimmed by the dark theme."""
     doc = _plot_page(build)
     if doc is None:
-        msg = "no chapter shows a plot yet"
-        if UPDATE_SCREENSHOTS:
-            pytest.fail(msg + ": cannot retake plot-dark-theme.png")
-        pytest.skip(msg)
+        _cannot_take("no chapter page has an image inside a 'cell_output': cannot take plot-dark-theme.png")
     outside: list[str] = []
     context, page = new_page(browser, site, outside, width=1100, height=700)
     try:
@@ -563,6 +698,8 @@ def test_screenshot_dark_theme_plots_are_legible(site, browser, build, shots_dir
         plots = page.evaluate(OPAQUE_CORNERS_JS)
     finally:
         context.close()
+    assert_size(shots_dir / "plot-dark-theme.png", width=(1100, 1100), height=(700, 700))   # the viewport
+    assert plots, f"{doc}: no plot found in the dark theme"
     dimmed = [p["src"] for p in plots if p["filter"] not in ("none", "")]
     see_through = [p["src"] for p in plots if min(p["alpha"]) < 255]
     assert not dimmed, f"{doc}: the dark theme dims these plots (book/_static/custom.css should stop it): {dimmed}"

@@ -3,11 +3,19 @@
 A checker runs the learner's function on fixed inputs and compares it with the library's answer. When
 the answer is wrong it also runs each known mistake (a planted wrong version) on the same inputs: if the
 learner's output matches one of them, the verdict names that mistake. A checker never raises.
+
+Every call gets its own deep copy of the inputs (tensors and modules alike), so a function that changes an
+input in place cannot change the reference, a planted mistake, or a later verdict.
 """
 
 from __future__ import annotations
 
+import copy
+import dis
 import functools
+import math
+import pathlib
+import sysconfig
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,73 +53,184 @@ class Mistake:
     wrong: Callable
 
 
-def _as_tensor(x):
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (tuple, list)) and x and all(isinstance(t, torch.Tensor) for t in x):
-        return torch.stack([t.reshape(-1) for t in x]) if len({t.numel() for t in x}) == 1 else None
-    return None
+# --- comparing a result with the expected one ---------------------------------------------------------------------
+
+_NUMBER = (int, float)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float) -> float | None:
+    """None when a and b (same shape) agree, NaN where NaN included; else the largest difference."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if a.is_complex() or b.is_complex():
+        a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
+    a, b = a.double(), b.double()
+    same_nan = torch.isnan(a) == torch.isnan(b)
+    a0, b0 = a.nan_to_num(0.0, 1e300, -1e300), b.nan_to_num(0.0, 1e300, -1e300)
+    if bool(same_nan.all()) and torch.allclose(a0, b0, atol=atol, rtol=1e-4):
+        return None
+    return (a - b).abs().nan_to_num(math.inf).max().item() if a.numel() else math.inf
+
+
+def _difference(got, want, atol: float, where: str | None = None) -> tuple[str, str] | None:
+    """None when ``got`` matches ``want``; otherwise (label, message) describing the first difference.
+
+    A tensor is compared shape first, then values. A tuple or list is compared element by element (length,
+    then each element's type and shape, then values), never flattened, so each element's shape counts.
+    """
+    the = where or "the result"
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return "type", f"{the} should be a tensor, got {type(got).__name__}."
+        if _shape(got) != _shape(want):
+            return "shape", f"{the} has shape {_shape(got)}, expected {_shape(want)}."
+        diff = _values_differ(got, want, atol)
+        if diff is None:
+            return None
+        return "values", (f"{the} has the right shape but the values differ (largest difference {diff:.3g}); "
+                          f"compare your steps with the formula.")
+    if isinstance(want, (tuple, list)):
+        n = len(want)
+        if not isinstance(got, (tuple, list)):
+            return "type", f"{the} should be a tuple of {n} results, got {type(got).__name__}."
+        if len(got) != n:
+            return "length", f"{the} should be a tuple of {n} results, got {len(got)}."
+        found = [d for i, (g, w) in enumerate(zip(got, want))
+                 if (d := _difference(g, w, atol, f"element {i + 1} of {n} (index {i})"
+                                      + ("" if where is None else f" of {where}"))) is not None]
+        structural = [d for d in found if d[0] != "values"]
+        return (structural or found or [None])[0]
+    if isinstance(want, _NUMBER) and not isinstance(want, bool):
+        if isinstance(got, bool) or not isinstance(got, _NUMBER):
+            return "type", f"{the} should be a number, got {type(got).__name__}."
+        if math.isclose(got, want, rel_tol=1e-4, abs_tol=atol) or (got != got and want != want):
+            return None
+        return "values", f"{the} is {got:.6g}, expected a different number; compare your steps with the formula."
+    try:
+        if type(got) is type(want) and bool(got == want):
+            return None
+    except Exception:  # an object whose == does not give one bool
+        pass
+    return "values", f"{the} is {got!r:.60}, which is not what was expected."
 
 
 def _close(a, b, atol: float) -> bool:
-    a, b = _as_tensor(a), _as_tensor(b)
-    if a is None or b is None or a.shape != b.shape:
+    """Whether ``a`` matches ``b`` (tensors, or tuples of them compared element by element, shapes included)."""
+    return _difference(a, b, atol) is None
+
+
+# --- running the learner's function ---------------------------------------------------------------------------------
+
+def _fresh(case: tuple) -> tuple:
+    """A deep copy of one test input: tensors, modules and whatever they share, copied together."""
+    try:
+        return copy.deepcopy(tuple(case))
+    except Exception:  # e.g. a non-leaf tensor: fall back to copying the tensors
+        return tuple(c.detach().clone() if isinstance(c, torch.Tensor) else c for c in case)
+
+
+def _folders_not_the_learners() -> tuple[pathlib.Path, ...]:
+    paths = {pathlib.Path(torch.__file__).parent, pathlib.Path(__file__).resolve().parents[1]}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            paths.add(pathlib.Path(p))
+    return tuple(p.resolve() for p in paths)
+
+
+_NOT_THE_LEARNERS = _folders_not_the_learners()
+
+
+def _in_library(filename: str) -> bool:
+    try:
+        path = pathlib.Path(filename).resolve()
+    except (OSError, ValueError):
         return False
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    same_nan = torch.isnan(a) == torch.isnan(b)
-    a, b = a.nan_to_num(0.0, 1e300, -1e300), b.nan_to_num(0.0, 1e300, -1e300)
-    return bool(same_nan.all()) and torch.allclose(a, b, atol=atol, rtol=1e-4)
+    return any(path.is_relative_to(folder) for folder in _NOT_THE_LEARNERS)
+
+
+def _is_stub(e: BaseException) -> bool:
+    """A ``NotImplementedError`` raised by a ``raise`` statement of the learner's own code: the untouched stub.
+
+    The last frame of the traceback must be outside torch, this library and the installed packages, and its
+    last instruction must be a ``raise``: an error that torch raises from its C++ core (the last frame is the
+    learner's call of a torch function) or from its Python code (the last frame is torch's) does not count.
+    """
+    if not isinstance(e, NotImplementedError) or e.__traceback__ is None:
+        return False
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if _in_library(code.co_filename):
+        return False
+    for ins in dis.get_instructions(code):
+        if ins.offset == tb.tb_lasti:
+            return ins.opname == "RAISE_VARARGS"
+    return True   # the instruction cannot be found (another interpreter): trust the frame
+
+
+def _same_failure(a: BaseException, b: BaseException) -> bool:
+    return type(a) is type(b) and str(a) == str(b)
 
 
 def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake]) -> Verdict:
-    """A known mistake that fails in the same way explains the error better than the error alone."""
+    """A known mistake that fails in exactly the same way (type and message) explains the error best."""
     raised = f"your function raised {type(e).__name__}: {e}"
+    if isinstance(e, NotImplementedError):
+        raised += " (raised inside torch, not by a `raise` in your code)"
     for m in mistakes:
         try:
-            m.wrong(*case)
-        except type(e):
-            return Verdict(False, f"{m.hint} ({raised})", m.label)
-        except Exception:
-            continue
+            m.wrong(*_fresh(case))
+        except Exception as planted:  # noqa: BLE001 - compared with the learner's error below
+            if _same_failure(planted, e):
+                return Verdict(False, f"{m.hint} ({raised})", m.label)
     return Verdict(False, raised, "error")
 
 
 def judge(fn: Callable, cases: Sequence[tuple], reference: Callable, mistakes: Sequence[Mistake] = (), *,
           success: str = "matches the library on every test input.", atol: float = 1e-5) -> Verdict:
-    """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference."""
+    """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference.
+
+    The learner's function, the reference and each mistake get their own deep copy of ``case``.
+    A tuple result is compared element by element, each element's shape included.
+    """
     if not callable(fn):
         return Verdict(False, f"pass a function, not a {type(fn).__name__}.", "not-callable")
     for case in cases:
         try:
-            got = fn(*[c.clone() if isinstance(c, torch.Tensor) else c for c in case])
-        except NotImplementedError:
-            return Verdict(False, "the function is still the stub: replace `raise NotImplementedError` "
-                                  "with your code.", "stub")
+            got = fn(*_fresh(case))
+        except NotImplementedError as e:
+            if _is_stub(e):
+                return Verdict(False, "the function is still the stub: replace `raise NotImplementedError` "
+                                      "with your code.", "stub")
+            return _explain_error(e, case, mistakes)
         except Exception as e:  # the learner's bug must not crash the checker
             return _explain_error(e, case, mistakes)
-        want = reference(*case)
         if got is None:
             return Verdict(False, "the function returned None: did you forget `return`?", "none")
-        if _close(got, want, atol):
+        want = reference(*_fresh(case))
+        difference = _difference(got, want, atol)
+        if difference is None:
             continue
         for m in mistakes:
             try:
-                wrong = m.wrong(*case)
-            except Exception:
+                wrong = m.wrong(*_fresh(case))
+            except Exception:  # noqa: BLE001 - a mistake that cannot run on this case explains nothing
                 continue
             if _close(got, wrong, atol):
                 return Verdict(False, m.hint, m.label)
-        got_t, want_t = _as_tensor(got), _as_tensor(want)
-        if got_t is None:
-            return Verdict(False, f"expected a tensor, got {type(got).__name__}.", "type")
-        if got_t.shape != want_t.shape:
-            return Verdict(False, f"the result has shape {tuple(got_t.shape)}, expected "
-                                  f"{tuple(want_t.shape)}.", "shape")
-        diff = (got_t.detach().double().cpu() - want_t.detach().double().cpu()).abs().nan_to_num(float("inf"))
-        return Verdict(False, f"the shape is right but the values differ (largest difference "
-                              f"{diff.max().item():.3g}); compare your steps with the formula.", "values")
+        label, message = difference
+        if label == "type" and not isinstance(want, (tuple, list)):
+            message = f"expected a tensor, got {type(got).__name__}."
+        return Verdict(False, message, label)
     return Verdict(True, success)
 
+
+# --- predictions ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Guess:
@@ -123,13 +242,13 @@ class Guess:
 
 
 def _as_number(value) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, str, bytes)):
         return None
     if isinstance(value, torch.Tensor):
         value = value.item() if value.numel() == 1 and not value.dtype == torch.bool else None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return None if number != number else number  # NaN is no prediction
 
@@ -145,7 +264,9 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
         return Verdict(False, "write your prediction first: replace `...` with a number, then run the cell.", "stub")
     number = _as_number(value)
     if number is None:
-        return Verdict(False, f"a prediction is one number, got {type(value).__name__} {value!r:.40}.", "type")
+        quotes = " (write it without quotes)" if isinstance(value, str) else ""
+        return Verdict(False, f"a prediction is one number{quotes}, got {type(value).__name__} {value!r:.40}.",
+                       "type")
 
     def near(a: float, b: float) -> bool:
         return abs(a - b) <= rtol * max(abs(b), 1e-12)
