@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.checks import check_cross_kv, check_linear_by_hand, check_split_fused
+from attnlib.checks import check_cross_kv, check_linear_by_hand, check_qkv_params, check_split_fused
 from conftest import assert_accepted, assert_mistakes_distinct, assert_named
 
 # ---- nn.Linear by hand -------------------------------------------------------------------------
@@ -26,7 +26,7 @@ def linear_neither(x, weight, bias):
     return x @ weight
 
 
-# ---- splitting a fused projection --------------------------------------------------------------
+# ---- find the bug: splitting a fused projection -------------------------------------------------
 
 def fused_right(X, W_QKV, d_k):
     Q, K, V = (X @ W_QKV).split(d_k, dim=-1)
@@ -43,9 +43,21 @@ def fused_reversed(X, W_QKV, d_k):
     return Q, K, V
 
 
-def fused_interleaved(X, W_QKV, d_k):
-    QKV = X @ W_QKV
+def fused_as_given(X, W_QKV, d_k):
+    """The function the chapter prints, bug included."""
+    QKV = X @ W_QKV                                        # (..., T, 3·d_k)
     Q, K, V = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
+    return Q, K, V
+
+
+def fused_rows(X, W_QKV, d_k):
+    Q, K, V = (X @ W_QKV).chunk(3, dim=-2)                 # cut along T instead of the last axis
+    return Q, K, V
+
+
+def fused_reshape_3_d_k(X, W_QKV, d_k):
+    QKV = X @ W_QKV
+    Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-2)  # another right repair
     return Q, K, V
 
 
@@ -80,7 +92,8 @@ CASES = [
     (check_split_fused, fused_right, [
         (fused_order, "order"),
         (fused_reversed, "reversed"),
-        (fused_interleaved, "interleaved"),
+        (fused_as_given, "unchanged"),
+        (fused_rows, "rows"),
     ]),
     (check_cross_kv, cross_right, [
         (cross_from_queries, "kv-from-queries"),
@@ -111,6 +124,53 @@ def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
                                       (P._fused_cases(), P._fused_reference, P._FUSED_MISTAKES),
                                       (P._cross_cases(), P._cross_reference, P._CROSS_MISTAKES)]:
         assert_mistakes_distinct(cases[0], reference, mistakes)
+
+
+def test_another_repair_of_the_fused_split_is_accepted():
+    assert_accepted(check_split_fused(fused_reshape_3_d_k))
+
+
+def test_the_fused_bug_runs_silently_with_the_right_shapes():
+    from attnlib.checks import projections as P
+
+    for X, W_QKV, d_k in P._fused_cases():
+        for got, want in zip(fused_as_given(X, W_QKV, d_k), fused_right(X, W_QKV, d_k)):
+            assert got.shape == want.shape and not torch.allclose(got, want)
+
+
+# ---- predict: the parameters of GPT-2 small's Q, K, V projections in one layer ----------------------------------
+
+D_MODEL, H = 768, 12
+D_HEAD = D_MODEL // H
+
+
+def test_qkv_params_stub_right_number_and_each_typical_guess():
+    assert check_qkv_params(...).mistake == "stub"
+    right = H * 3 * (D_MODEL * D_HEAD + D_HEAD)
+    assert right == 3 * (D_MODEL**2 + D_MODEL) == 1_771_776
+    assert_accepted(check_qkv_params(right))
+    assert_accepted(check_qkv_params(torch.tensor(right)))
+    guesses = {
+        "one-head": 3 * (D_MODEL * D_HEAD + D_HEAD),
+        "one-head-no-bias": 3 * D_MODEL * D_HEAD,
+        "no-bias": 3 * D_MODEL**2,
+        "full-width-heads": H * 3 * (D_MODEL**2 + D_MODEL),
+        "with-W_O": 4 * (D_MODEL**2 + D_MODEL),
+        "one-matrix": D_MODEL**2 + D_MODEL,
+    }
+    for label, value in guesses.items():
+        assert_named(check_qkv_params(value), label)
+    assert check_qkv_params(right + 1000).mistake == "values"
+    assert check_qkv_params("many").mistake == "type"
+
+
+def test_qkv_params_are_counted_from_real_modules():
+    from attnlib import FusedProjections
+    from attnlib.checks import projections as P
+
+    fused = FusedProjections(D_MODEL, D_MODEL, bias=True)      # all heads' W_Q, W_K, W_V side by side
+    assert P._qkv_params(D_MODEL, H) == sum(p.numel() for p in fused.parameters())
+    assert P._qkv_params(16, 4) == 3 * (16 * 16 + 16)
 
 
 def test_cross_kv_solution_has_T_kv_rows():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from attnlib.checks import check_head_scores, check_scaled_scores
+from attnlib.checks import check_head_scores, check_scaled_scores, check_scaled_variance
 from conftest import assert_accepted, assert_mistakes_distinct, assert_named
 
 # ---- S / √d_k from Q and K ---------------------------------------------------------------------
@@ -107,3 +108,42 @@ def test_forgetting_the_transpose_fails_on_shapes_when_d_k_differs_from_T():
     assert Q.shape[-1] != Q.shape[-2]
     with pytest.raises(RuntimeError):
         scores_no_transpose(Q, K)
+
+
+# ---- predict: the variance of the scaled score when q and k have components of variance 4 ------------------------
+
+def test_scaled_variance_stub_right_number_and_each_typical_guess():
+    assert check_scaled_variance(...).mistake == "stub"
+    assert check_scaled_variance(None).mistake == "stub"
+    sigma2, d_k = 4, 64
+    assert_accepted(check_scaled_variance(sigma2 * sigma2))
+    assert_accepted(check_scaled_variance(15.5))
+    guesses = {
+        "scaling-fixes-it": 1,
+        "one-factor": sigma2,
+        "added": sigma2 + sigma2,
+        "unscaled": sigma2 * sigma2 * d_k,
+        "divided-by-sqrt": sigma2 * sigma2 * math.sqrt(d_k),
+        "one-factor-unscaled": sigma2 * d_k,
+    }
+    for label, value in guesses.items():
+        assert_named(check_scaled_variance(value), label)
+    assert check_scaled_variance(40).mistake == "values"
+    assert check_scaled_variance([16]).mistake == "type"
+
+
+def test_scaled_variance_is_measured_and_reported():
+    from attnlib.checks import scaling as S
+
+    measured = S._measured_scaled_variance(**S._VARIANCE)
+    assert abs(measured - 16) < 0.8, measured
+    assert S._measured_scaled_variance(1.0, 64, 20_000) == pytest.approx(1.0, rel=0.05)
+    assert f"measured {measured:.4g}" in check_scaled_variance(16).message
+
+
+def test_scaled_variance_leaves_the_global_random_state_alone():
+    torch.manual_seed(0)
+    want = torch.rand(2)
+    torch.manual_seed(0)
+    check_scaled_variance(16)
+    assert torch.equal(torch.rand(2), want)

@@ -1,13 +1,22 @@
-"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V)."""
+"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V).
+
+``check_linear_by_hand(fn)``: ``fn(x, weight, bias)`` must return what ``nn.Linear`` returns.
+``check_split_fused(fn)``: ``fn(X, W_QKV, d_k)`` is the "find the bug" split of a fused projection, repaired:
+X (..., T, d_model), W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k).
+``check_cross_kv(fn)``: ``fn(X, X_kv, W_K, W_V)`` → K, V of cross-attention, each (..., T_kv, d_k).
+``check_qkv_params(n)``: a predicted number, the parameters of GPT-2 small's Q, K, V projections in one layer.
+
+Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ..projections import project
-from ._core import Mistake, Verdict, checker, judge
+from ..projections import Projections, project
+from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
 
-__all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv"]
+__all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv", "check_qkv_params"]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -53,7 +62,8 @@ def check_linear_by_hand(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Splitting a fused projection: X @ W_QKV with W_QKV = [W_Q | W_K | W_V] of shape (d_model, 3·d_k).
+# Find the bug: splitting a fused projection. X @ W_QKV with W_QKV = [W_Q | W_K | W_V] of shape
+# (d_model, 3·d_k); the planted bug reshapes the last axis to (d_k, 3), which deals the columns out in turn.
 
 def _fused_cases() -> list[tuple]:
     g = _gen(21)
@@ -73,6 +83,10 @@ def _interleaved(X, W_QKV, d_k):
 
 
 _FUSED_MISTAKES = [
+    Mistake("unchanged",
+            "this is still the function as given. Q, K and V have the right shapes, but each one mixes columns "
+            "of all three matrices: compare your Q with X @ W_QKV[:, :d_k], the product with W_Q alone.",
+            _interleaved),
     Mistake("order",
             "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the "
             "first d_k columns of X @ W_QKV are Q, the next d_k are K, the last are V.",
@@ -80,10 +94,10 @@ _FUSED_MISTAKES = [
     Mistake("reversed",
             "your Q is V and your V is Q: the blocks of columns are [Q | K | V], read left to right.",
             lambda X, W_QKV, d_k: tuple((X @ W_QKV).split(d_k, dim=-1)[::-1])),
-    Mistake("interleaved",
-            "you reshaped the last axis to (d_k, 3), which takes every third column. The three matrices sit "
-            "side by side in blocks of d_k columns: use `.split(d_k, dim=-1)` (or reshape to (3, d_k)).",
-            _interleaved),
+    Mistake("rows",
+            "you cut along the positions (the T axis, dim -2). The three projections sit side by side in the "
+            "last axis, d_k columns each: split along dim=-1.",
+            lambda X, W_QKV, d_k: tuple((X @ W_QKV).chunk(3, dim=-2))),
 ]
 
 
@@ -131,20 +145,6 @@ _CROSS_MISTAKES = [
 ]
 
 
-def _packed(f):
-    """Join a pair of tensors of different shapes into one flat tensor, so the pair can be compared as a whole.
-
-    (Pairs of equal shapes are left as they are; the core compares those itself.)
-    """
-    def run(*args):
-        out = f(*args)
-        if (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)
-                and out[0].shape != out[1].shape):
-            return torch.cat([t.reshape(-1) for t in out])
-        return out
-    return run
-
-
 def _shapes(out) -> str:
     if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
         return ", ".join(str(tuple(t.shape)) for t in out)
@@ -154,13 +154,10 @@ def _shapes(out) -> str:
 @checker
 def check_cross_kv(fn) -> Verdict:
     """``fn(X, X_kv, W_K, W_V)`` with X (..., T, d_model), X_kv (..., T_kv, d_model) → K, V (..., T_kv, d_k)."""
-    if not callable(fn):
-        return judge(fn, [], _cross_reference)
     cases = _cross_cases()
-    mistakes = [Mistake(m.label, m.hint, _packed(m.wrong)) for m in _CROSS_MISTAKES]
-    verdict = judge(_packed(fn), cases, _packed(_cross_reference), mistakes,
+    verdict = judge(fn, cases, _cross_reference, _CROSS_MISTAKES,
                     success="K and V come from X_kv, so they have T_kv rows, whatever the length of X.")
-    if verdict.mistake == "shape":   # say which shapes came back, not the shape of the joined tensor
+    if verdict.mistake == "shape":   # say which shapes came back, both at once
         for case in cases:
             try:
                 got, want = fn(*[c.clone() for c in case]), _cross_reference(*case)
@@ -170,3 +167,44 @@ def check_cross_kv(fn) -> Verdict:
                 return Verdict(False, f"K and V should have shapes {_shapes(want)} (T_kv rows each), "
                                       f"got {_shapes(got)}.", "shape")
     return verdict
+
+
+# ------------------------------------------------------------------------------------------------
+# Predict: the parameters of the Q, K, V projections of one GPT-2 small layer.
+
+_GPT2 = {"d_model": 768, "h": 12}
+
+
+def _qkv_params(d_model: int, h: int) -> int:
+    """Count the parameters of h heads' Projections(d_model, d_head, bias=True), built on the meta device
+    (no memory, no random numbers)."""
+    with torch.device("meta"):
+        heads = [Projections(d_model, d_model // h, bias=True) for _ in range(h)]
+    return sum(p.numel() for head in heads for p in head.parameters())
+
+
+@checker
+def check_qkv_params(value) -> Verdict:
+    """A predicted count: weights and biases of W_Q, W_K, W_V for all heads of one layer, d_model = 768, h = 12."""
+    d, h = _GPT2["d_model"], _GPT2["h"]
+    d_head = d // h
+    guesses = [
+        Guess("one-head", f"that is one head. Each of the h = {h} heads has its own W_Q, W_K and W_V of shape "
+              f"d_model × d_head ({d} × {d_head}), plus their biases.", 3 * (d * d_head + d_head)),
+        Guess("one-head-no-bias", f"that is one head without biases. There are h = {h} heads, and nn.Linear "
+              "(like GPT-2) adds a bias of d_head numbers to each projection.", 3 * d * d_head),
+        Guess("no-bias", "the weights are right, but every projection also has a bias, one number per output "
+              f"column: {d_head} per matrix and head.", 3 * d * d),
+        Guess("full-width-heads", f"each head's matrices are d_model × d_head ({d} × {d_head}), not "
+              f"d_model × d_model: the h heads together are as wide as one d_model × d_model matrix.",
+              h * 3 * (d * d + d)),
+        Guess("with-W_O", "that includes the output projection W_O, which comes after the heads (chapter 6); "
+              "count only W_Q, W_K and W_V.", 4 * (d * d + d)),
+        Guess("one-matrix", "that is one matrix (with its bias). Queries, keys and values have three separate "
+              "parameter sets.", d * d + d),
+    ]
+    count = _qkv_params(d, h)
+    return judge_number(value, count, guesses, rtol=1e-6,
+                        success=f"{count:,} parameters. The h heads of width d_model / h hold as many as one "
+                                f"d_model × d_model matrix (and bias) each for Q, K and V: "
+                                f"3 · (d_model² + d_model).")

@@ -1,4 +1,12 @@
-"""Exercise checkers for the scaling chapter (S = Q Kᵀ / √d_k)."""
+"""Exercise checkers for the scaling chapter (S = Q Kᵀ / √d_k).
+
+``check_scaled_scores(fn)``: ``fn(Q, K)`` with Q, K (..., T, d_k) → Q Kᵀ / √d_k (..., T, T), rows = queries.
+``check_head_scores(fn)``: ``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → (..., T, T).
+``check_scaled_variance(v)``: a predicted number, the variance of q·k/√d_k when the components of q and k have
+variance σ² = 4 (d_k = 64); the checker measures it.
+
+Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,9 @@ import torch
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Mistake, Verdict, checker, judge
+from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
 
-__all__ = ["check_scaled_scores", "check_head_scores"]
+__all__ = ["check_scaled_scores", "check_head_scores", "check_scaled_variance"]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -110,3 +118,44 @@ def check_head_scores(fn) -> Verdict:
     """``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → (..., T, T) scaled scores."""
     return judge(fn, _head_cases(), _head_reference, _HEAD_MISTAKES,
                  success="Q and K from their own weights, scores divided by √d_k (not √d_model).")
+
+
+# ------------------------------------------------------------------------------------------------
+# Predict: the variance of q·k / √d_k when the components of q and k have variance σ² = 4.
+
+_VARIANCE = {"sigma2": 4.0, "d_k": 64, "n_pairs": 20_000}
+
+
+def _measured_scaled_variance(sigma2: float, d_k: int, n_pairs: int) -> float:
+    """Draw n_pairs (q, k) with independent N(0, σ²) components from a local generator; var of q·k/√d_k."""
+    g = _gen(33)
+    std = math.sqrt(sigma2)
+    # the sums run in float64, so the printed number does not depend on the order of the additions
+    q = std * torch.randn(n_pairs, d_k, generator=g).double()
+    k = std * torch.randn(n_pairs, d_k, generator=g).double()
+    return scale((q * k).sum(-1), d_k).var().item()
+
+
+@checker
+def check_scaled_variance(value) -> Verdict:
+    """A predicted variance of the scaled score q·k/√d_k, for components of variance σ² = 4 and d_k = 64."""
+    s2, d_k = _VARIANCE["sigma2"], _VARIANCE["d_k"]
+    guesses = [
+        Guess("scaling-fixes-it", "dividing by √d_k only cancels the factor d_k, the number of terms. It "
+              "assumes each term q_m·k_m has variance 1; here it does not.", 1.0),
+        Guess("one-factor", f"{s2:g} is the variance of one factor (and the standard deviation of the answer). "
+              "A term q_m·k_m multiplies two independent factors, each of variance σ², and the variance of "
+              "such a product is the product of the variances.", s2),
+        Guess("added", "variances add in a sum of independent terms, but multiply in a product: "
+              "var(q_m·k_m) = σ² · σ².", 2 * s2),
+        Guess("unscaled", f"that is the variance of q·k before the scaling. Dividing a score by √d_k divides "
+              f"its variance by (√d_k)² = d_k = {d_k}.", s2 * s2 * d_k),
+        Guess("divided-by-sqrt", f"dividing a score by √d_k divides its variance by d_k = {d_k}, not by "
+              f"√d_k = {math.sqrt(d_k):g}: variance scales with the square of a factor.",
+              s2 * s2 * math.sqrt(d_k)),
+        Guess("one-factor-unscaled", "two things: both q and k carry the factor σ² (so σ⁴ per term), and "
+              "the sum of d_k terms is divided by √d_k, which divides its variance by d_k.", s2 * d_k),
+    ]
+    return judge_number(value, _measured_scaled_variance(**_VARIANCE), guesses, rtol=0.1,
+                        success=f"each term q_m·k_m has variance σ⁴ = {s2 * s2:g}; the sum of d_k terms has "
+                                f"d_k·σ⁴, and dividing by √d_k leaves σ⁴.")
