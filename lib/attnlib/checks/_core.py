@@ -253,6 +253,11 @@ def _as_number(value) -> float | None:
     return None if number != number else number  # NaN is no prediction
 
 
+def _show(x: float) -> str:
+    """A number as a learner wrote it: whole numbers in full with thousands separators, others to 4 digits."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:.4g}"
+
+
 def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: float = 0.1,
                  success: str = "your prediction matches the measurement.") -> Verdict:
     """Compare a learner's predicted number with the measured ``want`` (relative tolerance ``rtol``).
@@ -272,12 +277,13 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
         return abs(a - b) <= rtol * max(abs(b), 1e-12)
 
     if near(number, want):
-        return Verdict(True, f"{success} (you said {number:.4g}, measured {want:.4g})")
+        return Verdict(True, f"{success} (you said {_show(number)}, measured {_show(want)})")
     for g in guesses:
         if near(number, g.value) and not near(g.value, want):
-            return Verdict(False, f"{g.hint} (you said {number:.4g})", g.label)
+            return Verdict(False, f"{g.hint} (you said {_show(number)})", g.label)
     side = "high" if number > want else "low"
-    return Verdict(False, f"{number:.4g} is too {side}; redo the reasoning step by step and predict again.", "values")
+    return Verdict(False, f"{_show(number)} is too {side}; redo the reasoning step by step and predict again.",
+                   "values")
 
 
 # --- what the learner has done so far in this kernel --------------------------------------------------------------
