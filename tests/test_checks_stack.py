@@ -6,12 +6,14 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from attnlib import Block
+from attnlib import Block, KVCache, attention, merge_heads
 from attnlib.checks import (
     buggy_attention,
     check_build_blocks,
+    check_cached_generation,
     check_fixed_attention,
     check_next_token_windows,
     check_run_stack,
@@ -30,38 +32,71 @@ def build_ok(L, d_model, h):
 
 def build_same_block(L, d_model, h):
     block = Block(d_model, h)
-    return [block for _ in range(L)]
+    return nn.ModuleList([block for _ in range(L)])
 
 
 def build_shared_attention(L, d_model, h):
-    blocks = [Block(d_model, h) for _ in range(L)]
+    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
     for b in blocks:
         b.attn = blocks[0].attn
     return blocks
 
 
 def build_shared_mlp(L, d_model, h):
-    blocks = [Block(d_model, h) for _ in range(L)]
+    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
     for b in blocks[1:]:
         b.mlp = blocks[0].mlp
     return blocks
 
 
+def build_shared_norm(L, d_model, h):
+    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
+    for b in blocks[1:]:
+        b.ln_2 = blocks[0].ln_2
+    return blocks
+
+
 def build_too_few(L, d_model, h):
-    return [Block(d_model, h) for _ in range(1, L)]
+    return nn.ModuleList(Block(d_model, h) for _ in range(1, L))
 
 
 def build_too_many(L, d_model, h):
-    return [Block(d_model, h) for _ in range(L + 1)]
+    return nn.ModuleList(Block(d_model, h) for _ in range(L + 1))
+
+
+def build_wide_mlp(L, d_model, h):
+    return nn.ModuleList(Block(d_model, h, d_ff=2 * d_model) for _ in range(L))
+
+
+def build_plain_list(L, d_model, h):
+    return [Block(d_model, h) for _ in range(L)]
+
+
+def build_generator(L, d_model, h):
+    return (Block(d_model, h) for _ in range(L))
 
 
 @pytest.mark.parametrize("fn, label", [
     (build_same_block, "same-block"), (build_shared_attention, "shared-attention"),
-    (build_shared_mlp, "shared-mlp"), (build_too_few, "wrong-count"), (build_too_many, "wrong-count"),
+    (build_shared_mlp, "shared-mlp"), (build_shared_norm, "shared-parameters"), (build_too_few, "wrong-count"),
+    (build_too_many, "wrong-count"), (build_wide_mlp, "parameter-count"), (build_plain_list, "not-modulelist"),
+    (build_generator, "not-modulelist"), (lambda L, d, h: tuple(build_ok(L, d, h)), "not-modulelist"),
 ])
 def test_build_blocks_mistakes(fn, label):
     v = check_build_blocks(fn)
     assert not v.ok and v.mistake == label, v
+
+
+def test_build_blocks_reports_a_parameter_count_as_a_count():
+    v = check_build_blocks(build_wide_mlp)
+    per_block = sum(p.numel() for p in Block(16, 4, d_ff=32).parameters())
+    want = sum(p.numel() for p in Block(16, 4).parameters())
+    assert f"your stack has {3 * per_block:,} parameters, expected {3 * want:,}" in v.message, v
+
+
+def test_build_blocks_says_what_a_plain_list_hides():
+    v = check_build_blocks(build_plain_list)
+    assert "sees 0 of its" in v.message, v
 
 
 def test_build_blocks_solution_and_stub():
@@ -77,9 +112,11 @@ def test_build_blocks_leaves_the_random_state_alone():
     assert torch.equal(torch.rand(3), a)
 
 
-def test_build_blocks_rejects_other_modules():
-    v = check_build_blocks(lambda L, d, h: [nn.Linear(d, d) for _ in range(L)])
-    assert not v.ok and v.mistake == "error"
+@pytest.mark.parametrize("fn", [lambda L, d, h: [nn.Linear(d, d) for _ in range(L)], lambda L, d, h: Block(d, h),
+                                lambda L, d, h: 3])
+def test_build_blocks_rejects_other_things(fn):
+    v = check_build_blocks(fn)
+    assert not v.ok and v.mistake == "type", v
 
 
 # --- run_stack ----------------------------------------------------------------------------------------------------
@@ -138,6 +175,18 @@ def test_run_stack_solution_and_stub():
     assert check_run_stack(stub).mistake == "stub"
 
 
+def test_a_run_stack_answer_that_mutates_the_modules_cannot_pass_or_change_later_verdicts():
+    def make_ln_f_plain(X0, blocks, ln_f):
+        with torch.no_grad():
+            ln_f.weight.fill_(1.0)
+            ln_f.bias.zero_()
+        return run_ok(X0, blocks, torch.nn.LayerNorm(X0.shape[-1]))   # right only for the ln_f it has changed
+
+    assert not check_run_stack(make_ln_f_plain).ok
+    assert check_run_stack(run_ok).ok
+    assert check_run_stack(run_no_norm).mistake == "no-final-norm"
+
+
 # --- next_token_windows -------------------------------------------------------------------------------------------
 
 def windows_ok(data, starts, T):
@@ -180,6 +229,114 @@ def test_windows_mistakes(fn, label):
 def test_windows_solution_and_stub():
     assert check_next_token_windows(windows_ok).ok
     assert check_next_token_windows(stub).mistake == "stub"
+
+
+# --- cached generation (extend) ----------------------------------------------------------------------------------
+
+def generate_cached(model, ids, n_new):
+    past = [None] * len(model.blocks)                # per layer: (K, V), each (B, h, T_past, d_head)
+    new = ids
+    for _ in range(n_new):
+        offset = ids.shape[1] - new.shape[1]
+        X = model.embed_tokens(new, offset)
+        for l, block in enumerate(model.blocks):
+            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
+            if past[l] is not None:
+                K, V = torch.cat([past[l][0], K], -2), torch.cat([past[l][1], V], -2)
+            past[l] = (K, V)
+            X = X + block.attn.W_O(merge_heads(attention(Q, K, V)))
+            X = X + block.mlp(block.ln_2(X))
+        new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, new], dim=1)
+    return ids
+
+
+def generate_with_library_cache(model, ids, n_new):
+    """Also right: the learner's own loop over the blocks, keeping K and V in the library's KVCache."""
+    caches = [KVCache() for _ in model.blocks]
+    new = ids
+    for _ in range(n_new):
+        X = model.embed_tokens(new, len(caches[0]))
+        for block, cache in zip(model.blocks, caches):
+            X = block(X, cache=cache)
+        new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, new], dim=1)
+    return ids
+
+
+def _variant(mistake):
+    """generate_cached with one typical mistake planted (written out again here, not imported)."""
+    def generate(model, ids, n_new):
+        past = [None] * len(model.blocks)
+        new = ids
+        for _ in range(n_new):
+            offset = 0 if mistake == "no-offset" else ids.shape[1] - new.shape[1]
+            X = model.embed_tokens(new, offset)
+            for l, block in enumerate(model.blocks):
+                Q, K_new, V_new = block.attn.qkv(block.ln_1(X), offset)
+                K, V = K_new, V_new
+                if past[l] is not None:
+                    K, V = torch.cat([past[l][0], K_new], -2), torch.cat([past[l][1], V_new], -2)
+                if mistake == "not-self" and past[l] is not None:
+                    out = attention(Q, past[l][0], past[l][1], causal=False)
+                elif mistake == "top-left-mask":
+                    out = F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+                elif mistake == "prompt-unmasked" and past[l] is None:
+                    out = attention(Q, K, V, causal=False)
+                else:
+                    out = attention(Q, K, V)
+                if past[l] is None or mistake != "cache-not-updated":
+                    past[l] = (K, V)
+                X = X + block.attn.W_O(merge_heads(out))
+                X = X + block.mlp(block.ln_2(X))
+            new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, new], dim=1)
+        return ids
+    return generate
+
+
+def generate_recomputing(model, ids, n_new):
+    for _ in range(n_new):
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("fn", [generate_cached, generate_with_library_cache])
+def test_cached_generation_solution_is_accepted(fn):
+    v = check_cached_generation(fn)
+    assert v.ok and v.mistake is None, v
+
+
+@pytest.mark.parametrize("label", ["no-offset", "top-left-mask", "not-self", "cache-not-updated",
+                                   "prompt-unmasked"])
+def test_cached_generation_mistakes_are_named(label):
+    v = check_cached_generation(_variant(label))
+    assert not v.ok and v.mistake == label, v
+
+
+@pytest.mark.parametrize("fn, label", [
+    (generate_recomputing, "no-cache"), (lambda m, ids, n: m.generate(ids, n), "shortcut"),
+    (lambda m, ids, n: generate_cached(m, ids, n)[:, ids.shape[1]:], "prompt-missing"),
+    (lambda m, ids, n: generate_cached(m, ids, n - 1), "shape"),
+    (lambda m, ids, n: generate_cached(m, ids, n).tolist(), "type"), (stub, "stub"),
+])
+def test_cached_generation_other_failures(fn, label):
+    v = check_cached_generation(fn)
+    assert not v.ok and v.mistake == label, v
+
+
+def test_cached_generation_cases_have_clear_greedy_choices():
+    """Every greedy choice in the checker's cases wins by a clear margin, so float noise cannot flip a token."""
+    from attnlib.checks.stack import _GEN_CASES, _fresh_model
+
+    for i, case in enumerate(_GEN_CASES):
+        model, ids = _fresh_model(i)
+        with torch.no_grad():
+            seq = model.generate(ids, case[7], use_cache=False)
+            logits = torch.stack([model(seq[:, :t])[0, -1] for t in range(ids.shape[1], seq.shape[1])])
+        top2 = logits.topk(2, dim=-1).values
+        assert (top2[:, 0] - top2[:, 1]).min() > 0.1
+        assert len(set(seq[0, ids.shape[1]:].tolist())) >= 3      # the choices depend on the context
 
 
 # --- fixed attention (capstone) -----------------------------------------------------------------------------------

@@ -1,10 +1,15 @@
 """Exercise checkers for the stack chapter and the capstone.
 
-``check_build_blocks(fn)``: ``fn(L, d_model, h)`` must return L independent :class:`~attnlib.block.Block` objects.
+``check_build_blocks(fn)``: ``fn(L, d_model, h)`` must return an ``nn.ModuleList`` of L independent
+:class:`~attnlib.block.Block` objects.
 ``check_run_stack(fn)``: ``fn(X0, blocks, ln_f)`` must return ln_f(X_L), feeding X_l to block l+1.
 ``check_next_token_windows(fn)``: ``fn(data, starts, T)`` must return inputs and targets shifted by one.
+``check_cached_generation(fn)``: ``fn(model, ids, n_new)`` must generate greedily with its own K/V cache.
 ``check_fixed_attention(fn)``: ``fn(X, W_Q, W_K, W_V)`` must be causal self-attention without the bugs of
 :func:`buggy_attention`.
+
+Modules are built afresh on every call, and the learner's function gets copies of its own, so an answer that
+changes a module in place cannot change the reference or a later verdict.
 """
 
 from __future__ import annotations
@@ -14,102 +19,171 @@ import math
 import torch
 from torch import nn
 
-from ..attention import attention
+from ..attention import attention, softmax
 from ..block import Block
+from ..heads import merge_heads
+from ..model import GPT
 from ..train import next_token_windows
 from ._core import Mistake, Verdict, checker, judge
 
 __all__ = [
-    "check_build_blocks", "check_run_stack", "check_next_token_windows", "check_fixed_attention",
-    "buggy_attention",
+    "check_build_blocks", "check_run_stack", "check_next_token_windows", "check_cached_generation",
+    "check_fixed_attention", "buggy_attention",
 ]
 
 
 # --- build a stack: L blocks, L sets of parameters --------------------------------------------------------------
 
-def _stack_summary(blocks) -> torch.Tensor:
-    """[number of blocks, distinct Block objects, distinct parameter tensors, distinct parameter numbers]."""
-    blocks = list(blocks)
-    for b in blocks:
-        if not isinstance(b, Block):
-            raise TypeError(f"expected Block objects, got a {type(b).__name__}")
-    params = {id(p): p for b in blocks for p in b.parameters()}        # a shared tensor counts once
-    return torch.tensor([len(blocks), len({id(b) for b in blocks}), len(params),
-                         sum(p.numel() for p in params.values())])
+def _n_params(modules) -> int:
+    """Parameters of the modules, a tensor shared between them counted once."""
+    return sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
+
+
+def _shares(a: nn.Module, b: nn.Module) -> bool:
+    return bool({id(p) for p in a.parameters()} & {id(p) for p in b.parameters()})
+
+
+def _judge_stack(blocks, L: int, d_model: int, h: int) -> Verdict | None:
+    """What is wrong with ``blocks`` as a stack of L independent Block(d_model, h); None when nothing is."""
+    if isinstance(blocks, nn.Module) and not isinstance(blocks, nn.ModuleList):
+        return Verdict(False, f"you returned one {type(blocks).__name__}; return an nn.ModuleList holding L "
+                              "blocks.", "type")
+    try:
+        items = list(blocks)
+    except TypeError:
+        return Verdict(False, f"expected an nn.ModuleList of Blocks, got {type(blocks).__name__}.", "type")
+    wrong = [type(b).__name__ for b in items if not isinstance(b, Block)]
+    if wrong:
+        return Verdict(False, f"every entry must be a Block(d_model, h), got a {wrong[0]}.", "type")
+    if len(items) != L:
+        return Verdict(False, f"you built {len(items)} blocks for L = {L}: build exactly L of them (range(L)).",
+                       "wrong-count")
+    if len({id(b) for b in items}) < L:
+        return Verdict(False, "your list holds the same Block object several times (e.g. [Block(d_model, h)] * L), "
+                              "so every layer uses one set of weights. Create a new Block on every turn of the loop: "
+                              "nn.ModuleList(Block(d_model, h) for _ in range(L)).", "same-block")
+    pairs = [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
+    if any(_shares(a.attn, b.attn) for a, b in pairs):
+        return Verdict(False, "the blocks are distinct but they share attention weights: every layer must own "
+                              "its W_Q, W_K, W_V and W_O. Do not assign one block's attn to the others.",
+                       "shared-attention")
+    if any(_shares(a.mlp, b.mlp) for a, b in pairs):
+        return Verdict(False, "the blocks are distinct but they share one MLP: every layer must own its W_1 and "
+                              "W_2.", "shared-mlp")
+    if any(_shares(a, b) for a, b in pairs):
+        return Verdict(False, "two blocks share a parameter tensor (a LayerNorm?): every layer must own all of "
+                              "its parameters.", "shared-parameters")
+    n, want = _n_params(items), L * _n_params([Block(d_model, h)])
+    if n != want:
+        return Verdict(False, f"your stack has {n:,} parameters, expected {want:,} ({L} blocks of {want // L:,}). "
+                              "Build each block as Block(d_model, h), with the default d_ff = 4·d_model.",
+                       "parameter-count")
+    if not isinstance(blocks, nn.ModuleList):
+        holder = nn.Module()
+        holder.blocks = blocks
+        return Verdict(False, f"the blocks are right, but you returned a plain {type(blocks).__name__}. A module "
+                              f"that stores it sees {_n_params([holder])} of its {n:,} parameters, so "
+                              "model.parameters(), the optimiser and .to(device) would all miss them. Wrap the "
+                              "blocks in nn.ModuleList(...).", "not-modulelist")
+    return None
+
+
+def _summary(blocks):
+    """(an nn.ModuleList?, entries, distinct blocks, attention shared?, MLP shared?, anything else shared?,
+    parameters) of a stack, or (-1,) when it is not a collection of Blocks; None stays None."""
+    if blocks is None:
+        return None
+    try:
+        items = list(blocks)
+    except TypeError:
+        return (-1,)
+    if not all(isinstance(b, Block) for b in items):
+        return (-1,)
+    pairs = [(a, b) for i, a in enumerate(items) for b in items[i + 1:] if a is not b]
+    return (int(isinstance(blocks, nn.ModuleList)), len(items), len({id(b) for b in items}),
+            int(any(_shares(a.attn, b.attn) for a, b in pairs)), int(any(_shares(a.mlp, b.mlp) for a, b in pairs)),
+            int(any(_shares(a, b) for a, b in pairs)), _n_params(items))
+
+
+def _summarised(build):
+    return lambda L, d_model, h: _summary(build(L, d_model, h))
 
 
 def _independent(L, d_model, h):
     return nn.ModuleList(Block(d_model, h) for _ in range(L))
 
 
-def _same_block(L, d_model, h):
-    return nn.ModuleList([Block(d_model, h)] * L)
-
-
-def _shared_attention(L, d_model, h):
+def _shared(L, d_model, h, part):
     blocks = _independent(L, d_model, h)
     for b in blocks[1:]:
-        b.attn = blocks[0].attn
-    return blocks
-
-
-def _shared_mlp(L, d_model, h):
-    blocks = _independent(L, d_model, h)
-    for b in blocks[1:]:
-        b.mlp = blocks[0].mlp
+        setattr(b, part, getattr(blocks[0], part))
     return blocks
 
 
 _BUILD_MISTAKES = [
     Mistake("same-block",
             "your list holds the same Block object L times (e.g. [Block(d_model, h)] * L), so every layer uses one "
-            "set of weights. Create a new Block inside the loop: nn.ModuleList(Block(d_model, h) for _ in range(L)).",
-            lambda L, d, h: _stack_summary(_same_block(L, d, h))),
+            "set of weights. Create a new Block on every turn of the loop: "
+            "nn.ModuleList(Block(d_model, h) for _ in range(L)).",
+            _summarised(lambda L, d, h: nn.ModuleList([Block(d, h)] * L))),
     Mistake("shared-attention",
             "the blocks are distinct but they share one attention module: every layer must own its W_Q, W_K, "
             "W_V and W_O. Do not assign one block's attn to the others.",
-            lambda L, d, h: _stack_summary(_shared_attention(L, d, h))),
+            _summarised(lambda L, d, h: _shared(L, d, h, "attn"))),
     Mistake("shared-mlp",
             "the blocks are distinct but they share one MLP: every layer must own its W_1 and W_2.",
-            lambda L, d, h: _stack_summary(_shared_mlp(L, d, h))),
+            _summarised(lambda L, d, h: _shared(L, d, h, "mlp"))),
     Mistake("wrong-count",
             "the number of blocks is off by one: build exactly L of them (range(L)).",
-            lambda L, d, h: _stack_summary(_independent(L - 1, d, h))),
+            _summarised(lambda L, d, h: _independent(L - 1, d, h))),
     Mistake("wrong-count",
             "the number of blocks is off by one: build exactly L of them (range(L)).",
-            lambda L, d, h: _stack_summary(_independent(L + 1, d, h))),
+            _summarised(lambda L, d, h: _independent(L + 1, d, h))),
 ]
+
+_CONTENT = ("values", "type", "shape", "length")       # judge's labels for a result that is merely different
 
 
 @checker
 def check_build_blocks(fn) -> Verdict:
-    """Check ``fn(L, d_model, h)`` returns L independent Blocks: distinct objects, no parameter tensor shared."""
+    """Check ``fn(L, d_model, h)`` returns an nn.ModuleList of L distinct Blocks, no parameter tensor shared."""
     if not callable(fn):
         return judge(fn, [], None)
-
-    def summary(L, d_model, h):
-        blocks = fn(L, d_model, h)
-        return None if blocks is None else _stack_summary(blocks)
-
-    with torch.random.fork_rng():                     # building blocks must not move the learner's random state
-        return judge(summary, [(3, 16, 4), (2, 8, 2)], lambda L, d, h: _stack_summary(_independent(L, d, h)),
-                     _BUILD_MISTAKES,
-                     success="L distinct blocks, and no parameter tensor is shared between them.")
+    cases = [(3, 16, 4), (2, 8, 2)]
+    verdict = judge(_summarised(fn), cases, _summarised(_independent), _BUILD_MISTAKES,
+                    success="an nn.ModuleList of L distinct blocks, and no parameter tensor is shared between them.")
+    if verdict.ok or verdict.mistake not in _CONTENT:
+        return verdict
+    for L, d_model, h in cases:                       # say what differs: a count, a type, a shared tensor …
+        try:
+            diagnosis = _judge_stack(fn(L, d_model, h), L, d_model, h)
+        except Exception:  # noqa: BLE001 - it ran once already; keep judge's verdict
+            return verdict
+        if diagnosis is not None:
+            return diagnosis
+    return verdict
 
 
 # --- run a stack: block l+1 reads X_l, then the final LayerNorm -------------------------------------------------
 
-def _stack_cases() -> list[tuple]:
-    cases = []
-    torch.manual_seed(808)
-    for B, T, d_model, h, L in ((2, 5, 16, 4, 3), (1, 4, 8, 2, 2)):
+_STACK_CASES = ((808, 2, 5, 16, 4, 3), (809, 1, 4, 8, 2, 2))      # seed, B, T, d_model, h, L
+
+
+def _fresh_stack(i: int):
+    """Case i: X0 (B, T, d_model), L new blocks and a final LayerNorm whose scale and shift are not 1 and 0.
+
+    Built on every call; judge then gives the learner, the reference and each mistake a deep copy of their own.
+    """
+    seed, B, T, d_model, h, L = _STACK_CASES[i]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
         blocks = nn.ModuleList(Block(d_model, h) for _ in range(L)).eval()
         ln_f = nn.LayerNorm(d_model)
-        with torch.no_grad():                         # a final LayerNorm whose scale and shift are not 1 and 0
+        with torch.no_grad():
             ln_f.weight.uniform_(0.5, 1.5)
             ln_f.bias.normal_(0.0, 0.3)
-        cases.append((torch.randn(B, T, d_model) * 2.0, blocks, ln_f))
-    return cases
+        X0 = torch.randn(B, T, d_model) * 2.0
+    return X0, blocks, ln_f
 
 
 def _run(X0, blocks, ln_f):
@@ -157,8 +231,9 @@ _RUN_MISTAKES = [
 @checker
 def check_run_stack(fn) -> Verdict:
     """Check ``fn(X0, blocks, ln_f)`` with X0 (B, T, d_model) returns ln_f(X_L), shape (B, T, d_model)."""
-    with torch.random.fork_rng(), torch.no_grad():   # the learner's random state is left as it was
-        return judge(fn, _stack_cases(), _run, _RUN_MISTAKES,
+    cases = [_fresh_stack(i) for i in range(len(_STACK_CASES))]
+    with torch.no_grad():
+        return judge(fn, cases, _run, _RUN_MISTAKES,
                      success="each block reads the previous block's output, and ln_f is applied once at the end.")
 
 
@@ -198,6 +273,201 @@ def check_next_token_windows(fn) -> Verdict:
     """Check ``fn(data, starts, T)`` returns inputs (B, T) and next-token targets (B, T)."""
     return judge(fn, _windows_cases(), next_token_windows, _WINDOWS_MISTAKES,
                  success="inputs are data[s : s+T] and targets data[s+1 : s+T+1] for every start s.")
+
+
+# --- extend: greedy generation with your own K/V cache -------------------------------------------------------------
+
+# seed, vocab_size, d_model, h, L, pos, prompt length T0, n_new, weight scale: one model with learned positions and
+# one with RoPE. The scale makes attention and position matter to the greedy choices (a plain random model soon
+# repeats one token whatever its context), and the head's ×8 separates the winners clearly (by 0.8 logits or more).
+_GEN_CASES = ((81, 23, 16, 2, 2, "learned", 5, 9, 3.0), (82, 19, 12, 3, 2, "rope", 3, 8, 2.0))
+
+
+class _Shortcut(RuntimeError):
+    """Raised when the learner's generation calls the library's own cached generation."""
+
+
+_NO_GENERATE = "model.generate is the library's answer: write the loop yourself"
+_NO_CACHED_FORWARD = "model(ids, caches) is the library's cache: keep your own K and V per layer"
+_SHORTCUT_HINT = ("use the model's parts: embed_tokens, blocks (ln_1, attn.qkv, attn.W_O, ln_2, mlp), ln_f and "
+                  "head, and keep each layer's K and V yourself, rather than model.generate or model(ids, caches).")
+
+
+def _fresh_model(i: int, guarded: bool = False):
+    """Case i: a new GPT whose greedy choices depend on context and position, and its prompt (1, T0)."""
+    seed, vocab, d_model, h, L, pos, T0, _, s = _GEN_CASES[i]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT(vocab, d_model, h, L, max_T=32, pos=pos).eval()
+        with torch.no_grad():
+            model.head.weight.mul_(8.0)
+            for block in model.blocks:
+                block.attn.W_QKV.weight.mul_(s)
+                block.attn.W_O.weight.mul_(s)
+            if model.positions is not None:
+                for p in model.positions.parameters():
+                    p.mul_(s)
+        ids = torch.randint(0, vocab, (1, T0))
+    if guarded:
+        forward = model.forward
+
+        def no_generate(*args, **kwargs):
+            raise _Shortcut(_NO_GENERATE)
+
+        def no_cached_forward(ids, caches=None):
+            if caches is not None:
+                raise _Shortcut(_NO_CACHED_FORWARD)
+            return forward(ids)
+
+        model.generate, model.forward = no_generate, no_cached_forward
+    return model, ids
+
+
+def _top_left(Q, K, V):
+    """Attention whose mask treats the queries as positions 0…T_q−1 (aligned top-left), whatever T_k is."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(1)
+    S = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(future, float("-inf"))
+    return softmax(S) @ V
+
+
+def _generate_variant(model, ids, n_new, *, offset_zero=False, attend=attention, self_first=True, keep_new=True,
+                      causal_prompt=True):
+    """Greedy generation with a per-layer K/V cache; the keywords plant the typical mistakes."""
+    past = [None] * len(model.blocks)
+    new = ids
+    for _ in range(n_new):
+        offset = 0 if offset_zero else ids.shape[1] - new.shape[1]
+        X = model.embed_tokens(new, offset)
+        for l, block in enumerate(model.blocks):
+            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
+            if past[l] is not None:
+                K_all, V_all = torch.cat([past[l][0], K], -2), torch.cat([past[l][1], V], -2)
+            else:
+                K_all, V_all = K, V
+            if past[l] is None or keep_new:
+                past[l] = (K_all, V_all)
+            if past[l] is not None and not self_first and K_all.shape[-2] > Q.shape[-2]:
+                K_all, V_all = K_all[..., :-Q.shape[-2], :], V_all[..., :-Q.shape[-2], :]
+            if Q.shape[-2] == K_all.shape[-2] and not causal_prompt:
+                out = attention(Q, K_all, V_all, causal=False)
+            else:
+                out = attend(Q, K_all, V_all)
+            X = X + block.attn.W_O(merge_heads(out))
+            X = X + block.mlp(block.ln_2(X))
+        nxt = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        new = nxt
+    return ids
+
+
+_GEN_VARIANTS = [
+    Mistake("no-offset",
+            "every new token was placed at position 0. Its position is the number of tokens before it: pass "
+            "offset = len(past) to model.embed_tokens(new, offset) and to block.attn.qkv(x, offset).",
+            lambda m, ids, n: _generate_variant(m, ids, n, offset_zero=True)),
+    Mistake("top-left-mask",
+            "with cached keys, the new query is the LAST position and may read every cached key. Your mask was "
+            "aligned top-left (as F.scaled_dot_product_attention(..., is_causal=True) does when T_q < T_k), so "
+            "the new token read only position 0. Use attention(Q, K, V), whose mask is aligned bottom-right.",
+            lambda m, ids, n: _generate_variant(m, ids, n, attend=_top_left)),
+    Mistake("not-self",
+            "the new token attends to the cached past but not to itself: append its K and V to the cache "
+            "BEFORE attending, so that it reads positions 0…t, itself included.",
+            lambda m, ids, n: _generate_variant(m, ids, n, self_first=False)),
+    Mistake("cache-not-updated",
+            "the cache keeps only the prompt's K and V: each generated token must be appended too, or later "
+            "tokens cannot see the earlier generated ones.",
+            lambda m, ids, n: _generate_variant(m, ids, n, keep_new=False)),
+    Mistake("prompt-unmasked",
+            "the prompt's first pass ran without the causal mask, so the cached K and V of layer 1 and above "
+            "were computed from rows that read later prompt tokens. The first pass is an ordinary causal pass.",
+            lambda m, ids, n: _generate_variant(m, ids, n, causal_prompt=False)),
+]
+
+
+def _generation(fn):
+    """Run ``fn(model, ids, n_new)`` on case i's fresh guarded model: (tokens, every position projected once?)."""
+    def run(i):
+        _, _, _, _, _, _, T0, n_new, _ = _GEN_CASES[i]
+        model, ids = _fresh_model(i, guarded=True)
+        counts = [0] * len(model.blocks)
+        hooks = [block.attn.W_QKV.register_forward_hook(
+                 lambda mod, inp, out, l=l: counts.__setitem__(l, counts[l] + inp[0].shape[-2]))
+                 for l, block in enumerate(model.blocks)]
+        try:
+            with torch.no_grad():
+                got = fn(model, ids, n_new)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return None if got is None else (got, max(counts) <= T0 + n_new)
+    return run
+
+
+def _recomputed(i):
+    """The reference: the library's generation without a cache, recomputing the whole prefix at every step."""
+    model, ids = _fresh_model(i)
+    with torch.no_grad():
+        return model.generate(ids, _GEN_CASES[i][7], use_cache=False), True
+
+
+def _raise(message):
+    def wrong(i):
+        raise _Shortcut(message)
+    return wrong
+
+
+_GEN_MISTAKES = [Mistake(m.label, m.hint, _generation(m.wrong)) for m in _GEN_VARIANTS] + [
+    Mistake("no-cache",
+            "the tokens are right, but each step recomputed the past: every layer projected the earlier "
+            "positions again. Keep each layer's K and V, and feed only the newest token.",
+            lambda i: (_recomputed(i)[0], False)),
+    Mistake("prompt-missing",
+            "your new tokens are right, but return the prompt followed by them, (1, T0 + n_new), as "
+            "model.generate does.",
+            lambda i: (_recomputed(i)[0][:, _GEN_CASES[i][6]:], True)),
+    Mistake("shortcut", _SHORTCUT_HINT, _raise(_NO_GENERATE)),
+    Mistake("shortcut", _SHORTCUT_HINT, _raise(_NO_CACHED_FORWARD)),
+]
+
+
+def _diagnose_generation(fn) -> Verdict | None:
+    """A plain-words verdict for tokens of the wrong type, shape or value (judge sees a (tokens, flag) pair)."""
+    for i, (*_, T0, n_new, _) in enumerate(_GEN_CASES):
+        model, ids = _fresh_model(i, guarded=True)
+        with torch.no_grad():
+            got = fn(model, ids, n_new)
+        want, _ = _recomputed(i)
+        if not isinstance(got, torch.Tensor):
+            return Verdict(False, f"expected a tensor of token IDs, got {type(got).__name__}.", "type")
+        if got.shape != want.shape:
+            return Verdict(False, f"the result has shape {tuple(got.shape)}, expected {tuple(want.shape)}: the "
+                                  f"prompt (T0 = {T0}) followed by n_new = {n_new} tokens.", "shape")
+        if not torch.equal(got, want):
+            first = int((got != want).reshape(-1).nonzero()[0])
+            return Verdict(False, f"the tokens differ from recomputation from position {first} on (the prompt "
+                                  f"has {T0} tokens). Compare one cached step with model(ids) on the whole "
+                                  "prefix, layer by layer.", "values")
+    return None
+
+
+@checker
+def check_cached_generation(fn) -> Verdict:
+    """Check ``fn(model, ids, n_new)``: greedy generation from ids (1, T0) → (1, T0 + n_new) that keeps its own
+    K and V per layer. Its tokens must equal those of recomputing the whole prefix at every step, and every
+    position must pass through each layer's projection once."""
+    if not callable(fn):
+        return judge(fn, [], None)
+    verdict = judge(_generation(fn), [(i,) for i in range(len(_GEN_CASES))], _recomputed, _GEN_MISTAKES,
+                    success="the same tokens as recomputing the whole prefix, with every position projected "
+                            "once per layer.")
+    if verdict.ok or verdict.mistake not in _CONTENT:
+        return verdict
+    try:
+        return _diagnose_generation(fn) or verdict
+    except Exception:  # noqa: BLE001 - it ran once already; keep judge's verdict
+        return verdict
 
 
 # --- capstone: find the bug -------------------------------------------------------------------------------------
