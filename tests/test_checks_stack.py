@@ -1,8 +1,6 @@
-"""The stack and capstone checkers accept the solution, reject the stub and name every planted mistake."""
+"""The stack checkers accept the solution, reject the stub and name every planted mistake."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
@@ -11,10 +9,8 @@ from torch import nn
 
 from attnlib import Block, KVCache, attention, merge_heads
 from attnlib.checks import (
-    buggy_attention,
     check_build_blocks,
     check_cached_generation,
-    check_fixed_attention,
     check_next_token_windows,
     check_run_stack,
 )
@@ -337,64 +333,3 @@ def test_cached_generation_cases_have_clear_greedy_choices():
         top2 = logits.topk(2, dim=-1).values
         assert (top2[:, 0] - top2[:, 1]).min() > 0.1
         assert len(set(seq[0, ids.shape[1]:].tolist())) >= 3      # the choices depend on the context
-
-
-# --- fixed attention (capstone) -----------------------------------------------------------------------------------
-
-def _future(T):
-    return torch.ones(T, T, dtype=torch.bool).triu(1)
-
-
-def attention_ok(X, W_Q, W_K, W_V):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    S = S.masked_fill(_future(S.shape[-1]), float("-inf"))
-    return torch.softmax(S, dim=-1) @ V
-
-
-def attention_keys_on_rows(X, W_Q, W_K, W_V):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = K @ Q.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    S = S.masked_fill(_future(S.shape[-1]), float("-inf"))
-    return torch.softmax(S, dim=-1) @ V
-
-
-def attention_mask_after(X, W_Q, W_K, W_V):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    P = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)
-    return P.masked_fill(_future(P.shape[-1]), 0.0) @ V
-
-
-def attention_times_K(X, W_Q, W_K, W_V):
-    Q, K = X @ W_Q, X @ W_K
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    S = S.masked_fill(_future(S.shape[-1]), float("-inf"))
-    return torch.softmax(S, dim=-1) @ K
-
-
-def attention_no_scale(X, W_Q, W_K, W_V):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = (Q @ K.transpose(-2, -1)).masked_fill(_future(X.shape[-2]), float("-inf"))
-    return torch.softmax(S, dim=-1) @ V
-
-
-def attention_wrong_axis(X, W_Q, W_K, W_V):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    S = S.masked_fill(_future(S.shape[-1]), float("-inf"))
-    return torch.softmax(S, dim=-2) @ V
-
-
-@pytest.mark.parametrize("fn, label", [
-    (buggy_attention, "unchanged"), (attention_keys_on_rows, "keys-on-rows"),
-    (attention_mask_after, "mask-after-softmax"), (attention_times_K, "weights-times-K"),
-    (attention_no_scale, "no-scale"), (attention_wrong_axis, "softmax-wrong-axis"),
-])
-def test_fixed_attention_mistakes(fn, label):
-    v = check_fixed_attention(fn)
-    assert not v.ok and v.mistake == label, v
-
-
-def test_fixed_attention_solution_and_stub():
-    assert check_fixed_attention(attention_ok).ok
-    assert check_fixed_attention(stub).mistake == "stub"

@@ -1,12 +1,10 @@
-"""Exercise checkers for the stack chapter and the capstone.
+"""Exercise checkers for the stack chapter.
 
 ``check_build_blocks(fn)``: ``fn(L, d_model, h)`` must return an ``nn.ModuleList`` of L independent
 :class:`~attnlib.block.Block` objects.
 ``check_run_stack(fn)``: ``fn(X0, blocks, ln_f)`` must return ln_f(X_L), feeding X_l to block l+1.
 ``check_next_token_windows(fn)``: ``fn(data, starts, T)`` must return inputs and targets shifted by one.
 ``check_cached_generation(fn)``: ``fn(model, ids, n_new)`` must generate greedily with its own K/V cache.
-``check_fixed_attention(fn)``: ``fn(X, W_Q, W_K, W_V)`` must be causal self-attention without the bugs of
-:func:`buggy_attention`.
 
 Modules are built afresh on every call, and the learner's function gets copies of its own, so an answer that
 changes a module in place cannot change the reference or a later verdict.
@@ -26,10 +24,7 @@ from ..model import GPT
 from ..train import next_token_windows
 from ._core import Mistake, Verdict, checker, judge
 
-__all__ = [
-    "check_build_blocks", "check_run_stack", "check_next_token_windows", "check_cached_generation",
-    "check_fixed_attention", "buggy_attention",
-]
+__all__ = ["check_build_blocks", "check_run_stack", "check_next_token_windows", "check_cached_generation"]
 
 
 # --- build a stack: L blocks, L sets of parameters --------------------------------------------------------------
@@ -468,72 +463,3 @@ def check_cached_generation(fn) -> Verdict:
         return _diagnose_generation(fn) or verdict
     except Exception:  # noqa: BLE001 - it ran once already; keep judge's verdict
         return verdict
-
-
-# --- capstone: find the bug -------------------------------------------------------------------------------------
-
-def buggy_attention(X, W_Q, W_K, W_V):
-    """Causal self-attention with bugs: X (..., T, d_model) → (..., T, d_v). Find them with the four questions."""
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = K @ Q.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S, dim=-1)
-    T = S.shape[-1]
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    P = P.masked_fill(future, 0.0)
-    return P @ V
-
-
-def _variant(X, W_Q, W_K, W_V, *, keys_on_rows=False, mask_after=False, times_K=False, scale=True,
-             softmax_dim=-1):
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    S = (K @ Q.transpose(-2, -1)) if keys_on_rows else (Q @ K.transpose(-2, -1))
-    if scale:
-        S = S / math.sqrt(Q.shape[-1])
-    T = S.shape[-1]
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    if mask_after:
-        P = torch.softmax(S, dim=softmax_dim).masked_fill(future, 0.0)
-    else:
-        P = torch.softmax(S.masked_fill(future, float("-inf")), dim=softmax_dim)
-    return P @ (K if times_K else V)
-
-
-def _attention_cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(2017)
-    X1, X2 = torch.randn(5, 6, generator=g), torch.randn(2, 4, 6, generator=g)
-    W = [torch.randn(6, n, generator=g) for n in (4, 4, 3)]      # d_k = 4, d_v = 3
-    return [(X1, *W), (X2, *W)]
-
-
-_ATTENTION_MISTAKES = [
-    Mistake("unchanged",
-            "this is still the buggy version. Ask the four questions: which axis of S is the query? where is the "
-            "mask applied, before or after softmax?",
-            buggy_attention),
-    Mistake("keys-on-rows",
-            "the mask is fixed, but S = K Qᵀ puts keys on the rows. Rows must be queries: S = Q Kᵀ, so that "
-            "S[i, j] = q_i · k_j and softmax over the last axis mixes keys.",
-            lambda *a: _variant(*a, keys_on_rows=True)),
-    Mistake("mask-after-softmax",
-            "the axes are fixed, but the mask still comes after softmax: the rows no longer sum to 1. Add -inf "
-            "to the future scores BEFORE softmax.",
-            lambda *a: _variant(*a, mask_after=True)),
-    Mistake("weights-times-K",
-            "the weights multiply K. They average the values: return P @ V.",
-            lambda *a: _variant(*a, times_K=True)),
-    Mistake("no-scale",
-            "the scaling by √d_k is gone: divide the scores by math.sqrt(d_k) before the mask and softmax.",
-            lambda *a: _variant(*a, scale=False)),
-    Mistake("softmax-wrong-axis",
-            "softmax runs over the query axis (dim=-2). Each query's weights over the keys must sum to 1: "
-            "softmax(..., dim=-1).",
-            lambda *a: _variant(*a, softmax_dim=-2)),
-]
-
-
-@checker
-def check_fixed_attention(fn) -> Verdict:
-    """Check ``fn(X, W_Q, W_K, W_V)`` with X (..., T, d_model) equals softmax(QKᵀ/√d_k + M) V, shape (..., T, d_v)."""
-    return judge(fn, _attention_cases(), lambda X, W_Q, W_K, W_V: attention(X @ W_Q, X @ W_K, X @ W_V),
-                 _ATTENTION_MISTAKES,
-                 success="queries on the rows, the mask before softmax, the weights times V.")
