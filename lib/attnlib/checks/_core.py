@@ -259,11 +259,12 @@ def _show(x: float) -> str:
 
 
 def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: float = 0.1,
-                 success: str = "your prediction matches the measurement.") -> Verdict:
+                 success: str = "your prediction matches the measurement.",
+                 again: str = "redo the reasoning step by step and predict again.") -> Verdict:
     """Compare a learner's predicted number with the measured ``want`` (relative tolerance ``rtol``).
 
     The stub of a prediction is ``...`` (Ellipsis) or ``None``; a prediction close to one of ``guesses``
-    gets that guess's hint.
+    gets that guess's hint; any other wrong number gets ``again``. For an exact count use a tiny ``rtol``.
     """
     if value is ... or value is None:
         return Verdict(False, "write your prediction first: replace `...` with a number, then run the cell.", "stub")
@@ -282,8 +283,7 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
         if near(number, g.value) and not near(g.value, want):
             return Verdict(False, f"{g.hint} (you said {_show(number)})", g.label)
     side = "high" if number > want else "low"
-    return Verdict(False, f"{_show(number)} is too {side}; redo the reasoning step by step and predict again.",
-                   "values")
+    return Verdict(False, f"{_show(number)} is too {side}; {again}", "values")
 
 
 # --- what the learner has done so far in this kernel --------------------------------------------------------------

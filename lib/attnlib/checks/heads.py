@@ -17,7 +17,7 @@ import torch
 
 from ..attention import attention, attention_weights, causal_mask, softmax
 from ..heads import MultiHeadAttention, merge_heads, split_heads
-from ._core import Guess, Mistake, Verdict, _as_number, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head", "check_fixed_multi_head",
            "buggy_multi_head", "check_attention_parameters"]
@@ -261,26 +261,6 @@ def check_fixed_multi_head(fn) -> Verdict:
 _QUESTION = dict(d_model=96, h=8)   # the layer whose parameters the learner predicts
 
 
-def _as_count(value) -> int | None:
-    """A prediction as a whole number, or None (the stub, not a number, a fraction, an absurdly large number)."""
-    number = None if value is ... or value is None else _as_number(value)
-    if number is None or not abs(number) < 1e15 or number != int(number):
-        return None
-    return int(number)
-
-
-def _judge_count(count: int, want: int, guesses, *, success: str, again: str) -> Verdict:
-    """Judge an exact count (a whole number, see :func:`_as_count`); counts are printed as counts."""
-    said = f"you said {count:,}"
-    if count == want:
-        return Verdict(True, f"{success} ({said}; counted {want:,})")
-    for g in guesses:
-        if count == g.value:
-            return Verdict(False, f"{g.hint} ({said})", g.label)
-    side = "many" if count > want else "few"
-    return Verdict(False, f"{said}: too {side}. {again}", "values")
-
-
 @checker
 def check_attention_parameters(n) -> Verdict:
     """Check a predicted number of parameters of ``MultiHeadAttention(d_model=96, h=8)`` (with biases)."""
@@ -300,8 +280,5 @@ def check_attention_parameters(n) -> Verdict:
                                 "is the whole d_model-wide token vector.", h * 4 * (d_head * d_head + d_head)),
     ]
     success = "4·d_model² + 4·d_model parameters, whatever h is."
-    count = _as_count(n)
-    if count is None:                 # the stub, or not a whole number: judge_number says why
-        return judge_number(n, want, guesses, rtol=1e-9, success=success)
-    return _judge_count(count, want, guesses, success=success,
-                        again="Count matrix by matrix, biases included, and predict again.")
+    return judge_number(n, want, guesses, rtol=1e-9, success=success,
+                        again="count matrix by matrix, biases included, and predict again.")
