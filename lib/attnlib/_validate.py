@@ -1,21 +1,159 @@
 """Input checks at the library's boundary.
 
-Every public function calls these first, so a wrong input fails with a message that names what was
-expected and what came, e.g. ``x must be (B, T, d_model=64), got (2, 7, 32)``, instead of a deep torch
-traceback.
+Every public function, constructor and ``forward`` of attnlib calls these first, so a wrong input fails
+at once with a message that names what was expected and what came, e.g.
+``x must be (B, T, d_model=64), got (2, 7, 32)``, instead of a deep torch traceback, a hang or a silently
+wrong result. A wrong type or dtype raises TypeError; a wrong size, shape or value raises ValueError.
+
+Sizes may be Python or NumPy integers (they come back as ``int``). Tensors may be views of any layout
+(transposed, sliced, expanded): the functions make them contiguous before computing, so a view gives exactly
+the bits of its copy. Nothing is broadcast quietly: tensors that are combined must share their batch axes.
+NaN and ±inf inside tensors are *not* looked for: that would cost a pass over every input on every call,
+and torch's own kernels do not look either.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
+
+import numpy as np
 import torch
 
-__all__ = ["check_tensor", "check_shape", "check_same", "check_divisible", "check_positive"]
+__all__ = [
+    "check_tensor", "check_shape", "check_same", "check_like", "check_input", "check_batch", "check_divisible",
+    "check_positive", "check_nonnegative", "check_number", "check_flags", "check_choice", "check_callable",
+    "check_device", "check_dtype", "check_ids", "check_id_list", "check_targets", "check_pieces", "check_labels",
+    "check_cache", "check_caches", "check_axis",
+]
+
+
+def _show(v) -> str:
+    """A value as a message shows it: its repr (shortened) and, where that is ambiguous, its type."""
+    text = repr(v)
+    if len(text) > 48:
+        text = text[:45] + "..."
+    plain = isinstance(v, (int, float)) and not isinstance(v, bool)
+    return text if plain else f"{text} ({type(v).__name__})"
+
+
+# ------------------------------------------------------------------------------------------ plain values
+
+
+def _integer(v, name: str, what: str) -> int:
+    if not (isinstance(v, (bool, np.bool_)) or isinstance(v, torch.Tensor) and v.dtype == torch.bool):
+        try:
+            return operator.index(v)   # int, NumPy integers, one-element integer tensors
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be {what}, got {_show(v)}")
+
+
+def check_positive(**values) -> tuple[int, ...]:
+    """Every named size must be a positive integer (Python or NumPy); returns them as ints, in order."""
+    out = []
+    for name, v in values.items():
+        n = _integer(v, name, "a positive integer")
+        if n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n}")
+        out.append(n)
+    return tuple(out)
+
+
+def check_nonnegative(**values) -> tuple[int, ...]:
+    """Every named position or count must be an integer ≥ 0; returns them as ints, in order.
+
+    A negative position is never read "from the end": it is an error.
+    """
+    out = []
+    for name, v in values.items():
+        n = _integer(v, name, "an integer ≥ 0")
+        if n < 0:
+            raise ValueError(f"{name} must be an integer ≥ 0, got {n}")
+        out.append(n)
+    return tuple(out)
+
+
+def check_divisible(d_model: int, h: int) -> int:
+    """Return d_head = d_model // h, or raise if h does not divide d_model."""
+    h, d_model = check_positive(h=h, d_model=d_model)
+    if d_model % h:
+        raise ValueError(f"d_model={d_model} is not divisible by h={h}: each head needs d_model/h dimensions")
+    return d_model // h
+
+
+def check_number(v, name: str, *, minimum: float | None = None, above: float | None = None) -> float:
+    """A finite real number (Python, NumPy or a one-element tensor) ≥ ``minimum`` or > ``above``; as a float."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and not (v.dtype == torch.bool or v.is_complex()):
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {_show(v)}")
+    x = float(v)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number, got {x}")
+    if minimum is not None and x < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {x}")
+    if above is not None and x <= above:
+        raise ValueError(f"{name} must be greater than {above}, got {x}")
+    return x
+
+
+def check_flags(**values) -> tuple[bool, ...]:
+    """Every named switch must be True or False (a NumPy bool too); returns them as bools, in order."""
+    out = []
+    for name, v in values.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {_show(v)}")
+        out.append(bool(v))
+    return tuple(out)
+
+
+def check_choice(v, name: str, options: tuple):
+    """``v`` must be one of ``options`` (strings or None): ``norm must be 'pre' or 'post', got 'middle'``."""
+    if any(v is o or (isinstance(v, str) and v == o) for o in options):
+        return None if v is None else str(v)
+    shown = [repr(o) for o in options]
+    raise ValueError(f"{name} must be {', '.join(shown[:-1])} or {shown[-1]}, got {_show(v)}")
+
+
+def check_callable(fn, name: str = "fn"):
+    if not callable(fn):
+        raise TypeError(f"{name} must be a function to call (e.g. lambda: model(x)), got {_show(fn)}")
+    return fn
+
+
+def check_device(device, name: str = "device") -> torch.device:
+    """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device; as a torch.device."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', or a torch.device, got {_show(device)}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
+                         "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+
+
+def check_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torch.dtype:
+    """A floating-point torch dtype (or torch.bool where ``allow_bool``)."""
+    kinds = "a floating-point torch dtype" + (" or torch.bool" if allow_bool else "")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be {kinds} (e.g. torch.float32), got {_show(dtype)}")
+    if not (dtype.is_floating_point or (allow_bool and dtype == torch.bool)):
+        raise TypeError(f"{name} must be {kinds}, got {dtype}")
+    return dtype
+
+
+# ------------------------------------------------------------------------------------------ tensors
 
 
 def check_tensor(x, name: str) -> torch.Tensor:
     """Raise TypeError unless ``x`` is a torch.Tensor."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        hint = " (convert it with torch.as_tensor)" if isinstance(x, (np.ndarray, list, tuple)) else ""
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}{hint}")
     return x
 
 
@@ -24,7 +162,8 @@ def check_shape(x, name: str, dims: str, *, float_only: bool = True, **sizes: in
 
     ``dims`` names the axes, e.g. ``"B T d_model"``; a leading ``"..."`` allows any number of extra leading
     axes. Keyword arguments pin sizes: ``check_shape(x, "x", "B T d_model", d_model=64)``.
-    An axis that appears twice must have the same size both times.
+    An axis that appears twice must have the same size both times. Every named axis but the batch axis B
+    must hold at least one entry (leading ``...`` axes and B may be empty).
     """
     check_tensor(x, name)
     names = dims.split()
@@ -43,8 +182,10 @@ def check_shape(x, name: str, dims: str, *, float_only: bool = True, **sizes: in
             extra = "" if n in sizes else f" (both {n} axes must match)"
             raise ValueError(f"{name} must be {spec}, got {got}{extra}")
         found[n] = size
-    if "T" in found and found["T"] == 0:
-        raise ValueError(f"{name} is an empty sequence: T must be at least 1, got shape {got}")
+    for n, size in found.items():
+        if size == 0 and n != "B":
+            what = "is an empty sequence" if n.startswith("T") else f"has an empty {n} axis"
+            raise ValueError(f"{name} {what}: {n} must be at least 1, got shape {got}")
     if float_only and not x.is_floating_point():
         raise TypeError(f"{name} must hold floating-point numbers, got dtype {x.dtype}")
     return found
@@ -58,16 +199,197 @@ def check_same(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> No
         raise TypeError(f"{name_a} has dtype {a.dtype} but {name_b} has dtype {b.dtype}; use one dtype")
 
 
-def check_divisible(d_model: int, h: int) -> int:
-    """Return d_head = d_model // h, or raise if h does not divide d_model."""
-    check_positive(h=h, d_model=d_model)
-    if d_model % h:
-        raise ValueError(f"d_model={d_model} is not divisible by h={h}: each head needs d_model/h dimensions")
-    return d_model // h
+def check_like(x: torch.Tensor, weight: torch.Tensor, name: str = "x") -> None:
+    """An input must have the dtype and the device of the weights that multiply it."""
+    if x.device != weight.device:
+        raise ValueError(f"{name} is on {x.device} but the weights are on {weight.device}; "
+                         f"use model.to({str(x.device)!r}) or {name}.to({str(weight.device)!r})")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{name} has dtype {x.dtype} but the weights are {weight.dtype}; "
+                        f"use model.to({x.dtype}) or {name}.to({weight.dtype})")
 
 
-def check_positive(**values: int) -> None:
-    """Raise ValueError unless every named size is a positive int."""
-    for name, v in values.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+def check_input(x, name: str, dims: str, weight: torch.Tensor, **sizes: int) -> dict[str, int]:
+    """:func:`check_shape` for a module's input, then the same dtype and device as the module's ``weight``."""
+    found = check_shape(x, name, dims, **sizes)
+    check_like(x, weight, name)
+    return found
+
+
+def check_batch(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str, core: int = 2) -> None:
+    """Two tensors that are multiplied must have the same batch axes (all but the last ``core`` axes).
+
+    Nothing is broadcast quietly: Q of shape (2, 5, 8) against K of shape (3, 5, 8) is an error.
+    """
+    ba, bb = tuple(a.shape[:a.dim() - core]), tuple(b.shape[:b.dim() - core])
+    if ba != bb:
+        raise ValueError(f"{name_b} must have the batch axes of {name_a}, {ba}, before its last {core} axes, "
+                         f"got {bb} ({name_a} is {tuple(a.shape)}, {name_b} is {tuple(b.shape)})")
+
+
+# ------------------------------------------------------------------------------------------ token IDs
+
+_ID_DTYPES = (torch.int64, torch.int32)
+
+
+def check_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor | None = None) -> torch.Tensor:
+    """Check that ``ids`` is an integer tensor of shape (T,) or (B, T) with values in 0..vocab_size-1.
+
+    ``like`` (a weight) also pins the device. An empty batch (B = 0) is allowed, an empty sequence is not.
+    """
+    check_tensor(ids, name)
+    if ids.dtype not in _ID_DTYPES:
+        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{name} must be (T,) or (B, T), got {tuple(ids.shape)}")
+    if ids.shape[-1] == 0:
+        raise ValueError(f"{name} is an empty sequence: T must be at least 1, got shape {tuple(ids.shape)}")
+    if like is not None and ids.device != like.device:
+        raise ValueError(f"{name} is on {ids.device} but the model is on {like.device}; "
+                         f"use {name}.to({str(like.device)!r})")
+    if ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} is outside the vocabulary 0..{vocab_size - 1}")
+    return ids
+
+
+def check_id_list(ids, vocab_size: int, name: str = "ids") -> list[int]:
+    """One sequence of token IDs (a (T,) integer tensor or array, or a list of ints) as a list of ints."""
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
+        if ids.ndim != 1:
+            raise ValueError(f"{name} must be one sequence (T,), got shape {tuple(ids.shape)}; decode each row")
+        integer = (not (ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex())
+                   if isinstance(ids, torch.Tensor) else np.issubdtype(ids.dtype, np.integer))
+        if not integer:
+            raise TypeError(f"{name} must hold integer token IDs, got dtype {ids.dtype}")
+        ids = ids.tolist()
+    elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of token IDs, got {_show(ids)}")
+    out = [_integer(i, f"every token id in {name}", "an integer") for i in ids]
+    for i in out:
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"token id {i} is outside the vocabulary 0..{vocab_size - 1}")
+    return out
+
+
+def check_targets(targets, ids: torch.Tensor, vocab_size: int, ignore_index: int) -> torch.Tensor:
+    """Targets (B, T) for ids (B, T): integer IDs in 0..vocab_size-1, or ``ignore_index`` to skip a position.
+
+    Returns them as torch.long. At least one target must count, or there would be nothing to average.
+    """
+    check_tensor(targets, "targets")
+    if targets.dtype not in _ID_DTYPES:
+        raise TypeError(f"targets must be an integer tensor (torch.long), got dtype {targets.dtype}")
+    if targets.shape != ids.shape:
+        raise ValueError(f"targets must be (B, T) = {tuple(ids.shape)}, the shape of ids, got {tuple(targets.shape)}")
+    if targets.device != ids.device:
+        raise ValueError(f"targets are on {targets.device} but ids are on {ids.device}; move both to one device")
+    if targets.numel() == 0:
+        raise ValueError(f"targets are empty, shape {tuple(targets.shape)}: expected at least one target to average")
+    counted = targets != ignore_index
+    if not bool(counted.any()):
+        raise ValueError(f"every target is the ignored value {ignore_index}: expected at least one target to "
+                         "count (the mean loss over none would be NaN)")
+    bad = targets[counted & ((targets < 0) | (targets >= vocab_size))]
+    if bad.numel():
+        raise ValueError(f"target {int(bad[0])} is outside the vocabulary 0..{vocab_size - 1} "
+                         f"(or {ignore_index} to skip a position)")
+    return targets.long()
+
+
+def check_pieces(pieces, name: str = "vocab") -> list[str]:
+    """A non-empty list of distinct, non-empty strings (a vocabulary, or a token per position)."""
+    if isinstance(pieces, (str, bytes)) or not isinstance(pieces, (list, tuple)):
+        raise TypeError(f"{name} must be a list of strings, got {_show(pieces)}")
+    for k, p in enumerate(pieces):
+        if not isinstance(p, str) or not p:
+            raise TypeError(f"{name}[{k}] must be a non-empty string, got {_show(p)}")
+    if not pieces:
+        raise ValueError(f"{name} is empty: expected at least one piece")
+    if len(set(pieces)) != len(pieces):
+        seen: set = set()
+        twice = next(p for p in pieces if p in seen or seen.add(p))
+        raise ValueError(f"{name} has repeated pieces, e.g. {twice!r}: every piece must appear once")
+    return list(pieces)
+
+
+def check_labels(tokens, T: int | None, name: str = "tokens") -> list[str]:
+    """One label (a string) per position of a (T, T) table: exactly T of them (any number if T is None)."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
+        raise TypeError(f"{name} must be a list of T strings, got {_show(tokens)}")
+    if not all(isinstance(t, str) for t in tokens):
+        raise TypeError(f"{name} must be a list of strings, got {[type(t).__name__ for t in tokens][:5]}")
+    if T is not None and len(tokens) != T:
+        raise ValueError(f"{name} must hold one label per position, T={T}, got {len(tokens)}")
+    return list(tokens)
+
+
+# ------------------------------------------------------------------------------------------ KV caches
+
+
+def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | None = None,
+                d_head: int | None = None, like: torch.Tensor | None = None) -> int:
+    """A KV cache: K and V (B, h, T_past, d_head), both set or both None, of one shape, dtype and device.
+
+    The keyword arguments pin what the layer that extends it will append (``like``: its dtype and device).
+    Returns T_past (0 for an empty cache).
+    """
+    if not (hasattr(cache, "K") and hasattr(cache, "V") and hasattr(cache, "extend")):
+        raise TypeError(f"{name} must be a KVCache, got {type(cache).__name__}")
+    K, V = cache.K, cache.V
+    if K is None and V is None:
+        return 0
+    if K is None or V is None:
+        raise ValueError(f"{name} holds {'V' if K is None else 'K'} but not {'K' if K is None else 'V'}: "
+                         "set both or neither")
+    spec = "(" + ", ".join(n if v is None else f"{n}={v}" for n, v in
+                           (("B", B), ("h", h), ("T_past", None), ("d_head", d_head))) + ")"
+    for t, part in ((K, "K"), (V, "V")):
+        check_tensor(t, f"{name}.{part}")
+        if not (t.dim() == 4 and all(v is None or t.shape[k] == v for k, v in ((0, B), (1, h), (3, d_head)))):
+            raise ValueError(f"{name}.{part} must be {spec}, got {tuple(t.shape)}; "
+                             "a cache belongs to one layer and one batch")
+        if not t.is_floating_point():
+            raise TypeError(f"{name}.{part} must hold floating-point numbers, got dtype {t.dtype}")
+    check_same(K, V, f"{name}.K", f"{name}.V")
+    if K.shape != V.shape:
+        raise ValueError(f"{name}.K and {name}.V must have one shape (B, h, T_past, d_head), got {tuple(K.shape)} "
+                         f"and {tuple(V.shape)}")
+    if like is not None:
+        if K.device != like.device:
+            raise ValueError(f"{name} is on {K.device} but this layer's input is on {like.device}")
+        if K.dtype != like.dtype:
+            raise TypeError(f"{name} has dtype {K.dtype} but this layer computes in {like.dtype}")
+    return K.shape[2]
+
+
+def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Tensor) -> int:
+    """One KV cache per block, all distinct and of one length; returns that length T_past."""
+    if not isinstance(caches, (list, tuple)):
+        raise TypeError(f"caches must be a list of one KVCache per block (L={L}), got {type(caches).__name__}")
+    if len(caches) != L:
+        raise ValueError(f"caches must hold one KVCache per block, L={L}, got {len(caches)}")
+    for l, c in enumerate(caches):
+        for m in range(l):
+            if caches[m] is c:
+                raise ValueError(f"caches[{l}] is the same object as caches[{m}]; each block needs its own "
+                                 "cache: [KVCache() for _ in model.blocks]")
+    lengths = [check_cache(c, f"caches[{l}]", B=B, h=h, d_head=d_head, like=like) for l, c in enumerate(caches)]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"every block's cache must hold the same positions, got lengths {lengths} for "
+                         f"caches[0..{L - 1}]")
+    return lengths[0]
+
+
+def check_axis(dim, x: torch.Tensor, name: str) -> int:
+    """An axis of ``x`` (negative counts from the end, as in torch) that holds at least one entry."""
+    dim = _integer(dim, "dim", "an integer axis")
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim={dim} is out of range for {name} with {x.dim()} axes, shape {tuple(x.shape)} "
+                         f"(expected {-x.dim()}..{x.dim() - 1})" if x.dim() else
+                         f"{name} is a single number (0 axes): expected at least one axis")
+    if x.shape[dim] == 0:
+        raise ValueError(f"{name} has an empty axis dim={dim}, shape {tuple(x.shape)}: expected at least one entry")
+    return dim

@@ -12,7 +12,17 @@ import math
 import torch
 from torch import nn
 
-from ._validate import check_positive, check_same, check_shape
+from ._validate import (
+    check_axis,
+    check_batch,
+    check_device,
+    check_dtype,
+    check_flags,
+    check_input,
+    check_positive,
+    check_same,
+    check_shape,
+)
 from .projections import Projections
 
 __all__ = [
@@ -23,15 +33,18 @@ __all__ = [
 
 def scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     """S = Q Kᵀ: Q (..., T_q, d_k), K (..., T_k, d_k) → S (..., T_q, T_k); S[i, j] = q_i · k_j."""
-    d = check_shape(Q, "Q", "... T d_k")
-    check_shape(K, "K", "... T d_k", d_k=d["d_k"])
+    d = check_shape(Q, "Q", "... T_q d_k")
+    check_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
     check_same(Q, K, "Q", "K")
+    check_batch(Q, K, "Q", "K")
+    Q, K = Q.contiguous(), K.contiguous()   # any memory layout gives the bits of a plain copy
     return Q @ K.transpose(-2, -1)
 
 
 def scale(S: torch.Tensor, d_k: int) -> torch.Tensor:
     """S / √d_k, which keeps the scores' spread near 1 when q and k have unit-variance components."""
-    check_positive(d_k=d_k)
+    check_shape(S, "S", "...")
+    d_k, = check_positive(d_k=d_k)
     return S / math.sqrt(d_k)
 
 
@@ -40,17 +53,28 @@ def causal_mask(T_q: int, T_k: int | None = None, *, dtype=torch.float32, device
 
     With T_k > T_q the queries are the *last* T_q positions (as when earlier K and V are cached),
     so query i sits at absolute position i + T_k − T_q.
+
+    ``dtype=torch.bool`` returns the boolean mask in the convention of
+    ``F.scaled_dot_product_attention``: **True where query i may attend to key j**, False in its future.
+    (``nn.MultiheadAttention`` reads a boolean mask the other way round; give it the float M instead.)
     """
     T_k = T_q if T_k is None else T_k
-    check_positive(T_q=T_q, T_k=T_k)
+    T_q, T_k = check_positive(T_q=T_q, T_k=T_k)
+    dtype = check_dtype(dtype, allow_bool=True)
+    device = None if device is None else check_device(device)
     if T_k < T_q:
         raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
     future = torch.ones(T_q, T_k, dtype=torch.bool, device=device).triu(1 + T_k - T_q)
+    if dtype == torch.bool:
+        return ~future   # True = may attend, as scaled_dot_product_attention reads it
     return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(future, float("-inf"))
 
 
 def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Stable softmax: subtract the row maximum first, so exp never overflows. Rows of −inf give NaN."""
+    check_shape(S, "S", "...")
+    dim = check_axis(dim, S, "S")
+    S = S.contiguous()   # any memory layout gives the bits of a plain copy
     S = S - S.amax(dim=dim, keepdim=True)
     e = S.exp()
     return e / e.sum(dim=dim, keepdim=True)
@@ -58,6 +82,7 @@ def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True) -> torch.Tensor:
     """P = softmax(Q Kᵀ / √d_k + M) of shape (..., T_q, T_k); every row sums to 1."""
+    causal, = check_flags(causal=causal)
     S = scale(scores(Q, K), Q.shape[-1])
     if causal:
         S = S + causal_mask(S.shape[-2], S.shape[-1], dtype=S.dtype, device=S.device)
@@ -69,11 +94,20 @@ def attend(P: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     d = check_shape(P, "P", "... T_q T_k")
     check_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
     check_same(P, V, "P", "V")
+    check_batch(P, V, "P", "V")
+    P, V = P.contiguous(), V.contiguous()   # any memory layout gives the bits of a plain copy
     return P @ V
 
 
 def attention(Q, K, V, causal: bool = True, return_weights: bool = False):
-    """softmax(Q Kᵀ / √d_k + M) V, written out step by step. Returns (..., T_q, d_v) [, weights]."""
+    """softmax(Q Kᵀ / √d_k + M) V, written out step by step. Returns (..., T_q, d_v) [, weights].
+
+    Q, K (..., T_q or T_k, d_k) and V (..., T_k, d_v) must share their batch axes (nothing is broadcast).
+    NaN or ±inf in Q, K or V are not looked for, and the mask does not stop them: a NaN score in a masked
+    position stays NaN after adding −inf, so its whole row of weights becomes NaN (torch's
+    scaled_dot_product_attention does the same).
+    """
+    return_weights, = check_flags(return_weights=return_weights)
     P = attention_weights(Q, K, causal)
     out = attend(P, V)
     return (out, P) if return_weights else out
@@ -85,9 +119,9 @@ class SingleHeadAttention(nn.Module):
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None):
         super().__init__()
         self.proj = Projections(d_model, d_k, d_v)
-        self.d_model = d_model
+        self.d_model = self.proj.d_model
 
     def forward(self, X: torch.Tensor, causal: bool = True, return_weights: bool = False):
-        check_shape(X, "X", "... T d_model", d_model=self.d_model)
+        check_input(X, "X", "... T d_model", self.proj.q.weight, d_model=self.d_model)
         Q, K, V = self.proj(X)
         return attention(Q, K, V, causal=causal, return_weights=return_weights)

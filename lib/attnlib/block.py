@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_positive, check_shape
+from ._validate import check_choice, check_input, check_positive
 from .heads import KVCache, MultiHeadAttention
 
 __all__ = ["MLP", "Block"]
@@ -21,11 +21,14 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
-        check_positive(d_model=d_model, d_ff=d_ff)
-        self.W_1 = nn.Linear(d_model, d_ff)
-        self.W_2 = nn.Linear(d_ff, d_model)
+        self.d_model, self.d_ff = check_positive(d_model=d_model, d_ff=d_ff)
+        self.W_1 = nn.Linear(self.d_model, self.d_ff)
+        self.W_2 = nn.Linear(self.d_ff, self.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., d_model) → (..., d_model): the same two-layer network at every position."""
+        check_input(x, "x", "... d_model", self.W_1.weight, d_model=self.d_model)
+        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         return self.W_2(F.gelu(self.W_1(x)))
 
 
@@ -35,8 +38,8 @@ class Block(nn.Module):
     def __init__(self, d_model: int, h: int, d_ff: int | None = None, *, norm: str = "pre",
                  rope: bool = False, backend: str = "sdpa"):
         super().__init__()
-        if norm not in ("pre", "post"):
-            raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+        d_model, = check_positive(d_model=d_model)
+        norm = check_choice(norm, "norm", ("pre", "post"))
         self.norm, self.d_model = norm, d_model
         self.ln_1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, h, rope=rope, backend=backend)
@@ -44,7 +47,8 @@ class Block(nn.Module):
         self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff)
 
     def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
-        check_shape(x, "x", "B T d_model", d_model=self.d_model)
+        check_input(x, "x", "B T d_model", self.ln_1.weight, d_model=self.d_model)
+        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         if self.norm == "pre":
             H = x + self.attn(self.ln_1(x), causal=causal, cache=cache)
             return H + self.mlp(self.ln_2(H))

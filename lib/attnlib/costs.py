@@ -17,7 +17,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ._validate import check_divisible, check_positive
+from ._validate import (
+    check_callable,
+    check_choice,
+    check_device,
+    check_divisible,
+    check_flags,
+    check_nonnegative,
+    check_positive,
+)
 
 __all__ = [
     "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
@@ -26,7 +34,15 @@ __all__ = [
 
 
 def _d_ff(d_model: int, d_ff: int | None) -> int:
-    return 4 * d_model if d_ff is None else d_ff
+    return 4 * d_model if d_ff is None else check_positive(d_ff=d_ff)[0]
+
+
+def _sizes(B: int, T: int, d_model: int, h: int) -> tuple[int, int, int, int]:
+    """B, T, d_model, h as checked ints (h must divide d_model)."""
+    B, T = check_positive(B=B, T=T)
+    d_model, h = check_positive(d_model=d_model, h=h)
+    check_divisible(d_model, h)
+    return B, T, d_model, h
 
 
 def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
@@ -35,8 +51,7 @@ def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
     qkv 6·B·T·d_model², scores (Q Kᵀ) 2·B·T²·d_model, weights·V 2·B·T²·d_model, W_O 2·B·T·d_model².
     The number of heads h does not change the count: h heads of d_head = d_model / h columns each.
     """
-    check_positive(B=B, T=T)
-    check_divisible(d_model, h)
+    B, T, d_model, h = _sizes(B, T, d_model, h)
     return {
         "qkv": 2 * B * T * d_model * 3 * d_model,
         "scores": 2 * B * T * T * d_model,
@@ -48,6 +63,7 @@ def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
 def block_flops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Forward matmul FLOPs of one Transformer block: the attention stages, the MLP (4·B·T·d_model·d_ff), total."""
     f = attention_flops(B, T, d_model, h)
+    B, T, d_model, h = _sizes(B, T, d_model, h)
     f["mlp"] = 2 * 2 * B * T * d_model * _d_ff(d_model, d_ff)
     f["block"] = sum(f.values())
     return f
@@ -60,7 +76,9 @@ def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d
     With ``backward=True`` the result is forward plus backward: every product A @ B needs two products of the
     same size backwards (the gradients of A and of B), so the total is 3 × forward.
     """
-    check_positive(L=L, vocab_size=vocab_size)
+    L, vocab_size = check_positive(L=L, vocab_size=vocab_size)
+    B, T, d_model, h = _sizes(B, T, d_model, h)
+    backward, = check_flags(backward=backward)
     f = {"embedding": 0, "blocks": L * block_flops(B, T, d_model, h, d_ff)["block"],
          "head": 2 * B * T * d_model * vocab_size}
     f["model"] = sum(f.values())
@@ -75,7 +93,7 @@ def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = Non
     scale + mask: 2 per score; softmax: about 5 per score (max, subtract, exp, sum, divide); GELU: about 8 per
     hidden unit; each LayerNorm: about 8 per element.
     """
-    check_divisible(d_model, h)
+    B, T, d_model, h = _sizes(B, T, d_model, h)
     n_scores = B * h * T * T
     return {"scale_mask": 2 * n_scores, "softmax": 5 * n_scores,
             "gelu": 8 * B * T * _d_ff(d_model, d_ff), "layernorms": 2 * 8 * B * T * d_model}
@@ -83,7 +101,8 @@ def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = Non
 
 def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) -> dict[str, int]:
     """Parameters of one block: W_QKV and W_O (4·d_model² + biases), MLP (2·d_model·d_ff + biases), 2 LayerNorms."""
-    d_ff = _d_ff(d_model, d_ff)
+    d_model, = check_positive(d_model=d_model)
+    d_ff, (bias,) = _d_ff(d_model, d_ff), check_flags(bias=bias)
     b = 1 if bias else 0
     p = {
         "qkv": 3 * d_model * d_model + b * 3 * d_model,
@@ -98,6 +117,8 @@ def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) ->
 def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | None = None,
                  *, pos: str | None = "learned") -> dict[str, int]:
     """Parameters of :class:`attnlib.GPT`: token table, position table (learned only), L blocks, final LN, head."""
+    vocab_size, d_model, L, max_T = check_positive(vocab_size=vocab_size, d_model=d_model, L=L, max_T=max_T)
+    pos = check_choice(pos, "pos", ("learned", "sinusoidal", "rope", None))
     p = {
         "embedding": vocab_size * d_model,
         "positions": max_T * d_model if pos == "learned" else 0,
@@ -116,7 +137,7 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
     weights P (B, h, T, T) each: the only stages that grow with T²; the MLP's hidden layer B·T·d_ff;
     the K and V a cache keeps for generation, 2·B·T·d_model per block.
     """
-    check_divisible(d_model, h)
+    B, T, d_model, h = _sizes(B, T, d_model, h)
     return {
         "X": B * T * d_model,
         "qkv": 3 * B * T * d_model,
@@ -134,6 +155,7 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
 
 def count_flops(fn: Callable[[], object]) -> int:
     """Matmul FLOPs torch counts while running ``fn()`` (torch.utils.flop_counter.FlopCounterMode)."""
+    check_callable(fn)
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -144,8 +166,14 @@ def count_flops(fn: Callable[[], object]) -> int:
 def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", "softmax")) -> list[str]:
     """Names of the aten operators ``fn()`` runs whose name contains one of ``match``, in order of first use.
 
-    It shows which kernel does the work, e.g. ``_scaled_dot_product_flash_attention_for_cpu``.
+    It shows which kernel does the work, e.g. ``_scaled_dot_product_flash_attention_for_cpu``. A single
+    string is one pattern (``match="mm"``), never a sequence of letters.
     """
+    check_callable(fn)
+    match = (match,) if isinstance(match, str) else match
+    if not isinstance(match, (tuple, list)) or not match or not all(isinstance(m, str) and m for m in match):
+        raise TypeError(f"match must be a non-empty string or a tuple of them, e.g. ('attention', 'softmax'), "
+                        f"got {match!r}")
     seen: list[str] = []
 
     class Record(TorchDispatchMode):
@@ -162,7 +190,7 @@ def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", 
 
 def sync(device=None) -> None:
     """Wait for queued GPU work, so a timer measures the work and not only its launch."""
-    device = torch.device(device) if device is not None else None
+    device = check_device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device is not None and device.type == "mps":
@@ -171,6 +199,7 @@ def sync(device=None) -> None:
 
 def time_fn(fn: Callable[[], object], *, repeat: int = 10, warmup: int = 2, device=None) -> list[float]:
     """Seconds of each of ``repeat`` calls of ``fn()`` after ``warmup`` untimed calls (GPU-synchronised)."""
+    check_callable(fn)
     return time_interleaved({"fn": fn}, repeat=repeat, warmup=warmup, device=device)["fn"]
 
 
@@ -180,7 +209,12 @@ def time_interleaved(fns: dict[str, Callable[[], object]], *, repeat: int = 10, 
 
     Returns seconds per call for each name; compare medians, or the median of the ratios of neighbouring calls.
     """
-    check_positive(repeat=repeat)
+    (repeat,), (warmup,) = check_positive(repeat=repeat), check_nonnegative(warmup=warmup)
+    if not isinstance(fns, dict) or not fns:
+        raise TypeError(f"fns must be a non-empty dict of name → function, got {type(fns).__name__}")
+    for name, fn in fns.items():
+        check_callable(fn, f"fns[{name!r}]")
+    device = check_device(device) if device is not None else None
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -238,7 +272,8 @@ def peak_memory(fn: Callable[[], object], device=None) -> int:
     a dispatch mode counts the storage of every tensor an operation returns, from its creation until the tensor
     is freed: repeatable to the byte, but blind to buffers a kernel allocates and frees inside itself.
     """
-    device = torch.device(device) if device is not None else torch.device("cpu")
+    check_callable(fn)
+    device = check_device(device) if device is not None else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -5,33 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_positive, check_tensor
+from ._validate import check_ids, check_nonnegative, check_positive, check_shape
 
 __all__ = ["TokenEmbedding", "check_ids", "one_hot_embedding", "running_X0"]
 
 
-def check_ids(ids, vocab_size: int, name: str = "ids") -> torch.Tensor:
-    """Check that ``ids`` is an integer tensor of shape (T,) or (B, T) with values in 0..vocab_size-1."""
-    check_tensor(ids, name)
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
-    if ids.dim() not in (1, 2):
-        raise ValueError(f"{name} must be (T,) or (B, T), got {tuple(ids.shape)}")
-    if ids.shape[-1] == 0:
-        raise ValueError(f"{name} is an empty sequence: T must be at least 1, got shape {tuple(ids.shape)}")
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= vocab_size:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"token id {bad} is outside the vocabulary 0..{vocab_size - 1}")
-    return ids
-
-
 def one_hot_embedding(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """The same lookup written as a matrix product: one_hot(ids) (…, T, vocab) @ table (vocab, d_model)."""
-    check_tensor(table, "table")
-    check_ids(ids, table.shape[0])
-    one_hot = torch.nn.functional.one_hot(ids, table.shape[0]).to(table.dtype)
-    return one_hot @ table
+    d = check_shape(table, "table", "vocab_size d_model")
+    check_ids(ids, d["vocab_size"], like=table)
+    one_hot = torch.nn.functional.one_hot(ids.long(), d["vocab_size"]).to(table.dtype)
+    return one_hot @ table.contiguous()   # any memory layout gives the bits of a plain copy
 
 
 class TokenEmbedding(nn.Module):
@@ -39,12 +23,12 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
-        check_positive(vocab_size=vocab_size, d_model=d_model)
+        vocab_size, d_model = check_positive(vocab_size=vocab_size, d_model=d_model)
         self.vocab_size, self.d_model = vocab_size, d_model
         self.table = nn.Parameter(torch.randn(vocab_size, d_model) * 0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        check_ids(ids, self.vocab_size)
+        check_ids(ids, self.vocab_size, like=self.table)
         return self.table[ids]
 
 
@@ -57,6 +41,8 @@ def running_X0(d_model: int = 16, seed: int = 0) -> tuple[torch.Tensor, list[str
     from .position import sinusoidal_positions
     from .text import ToyTokenizer, example_ids
 
+    d_model, = check_positive(d_model=d_model)
+    seed, = check_nonnegative(seed=seed)
     ids, pieces = example_ids()
     g = torch.Generator().manual_seed(seed)
     table = torch.randn(ToyTokenizer().vocab_size, d_model, generator=g)

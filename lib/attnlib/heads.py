@@ -13,7 +13,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_divisible, check_shape
+from ._validate import (
+    check_cache,
+    check_choice,
+    check_divisible,
+    check_flags,
+    check_input,
+    check_nonnegative,
+    check_positive,
+    check_same,
+    check_shape,
+)
 from .attention import attention, causal_mask
 from .position import apply_rope
 
@@ -35,16 +45,26 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class KVCache:
-    """K and V of the positions seen so far, each (B, h, T_past, d_head); filled by one layer during generation."""
+    """K and V of the positions seen so far, each (B, h, T_past, d_head); filled by one layer during generation.
+
+    A cache belongs to one layer and one batch: every block gets its own, ``[KVCache() for _ in model.blocks]``.
+    """
 
     K: torch.Tensor | None = None
     V: torch.Tensor | None = None
+
+    def __post_init__(self):
+        check_cache(self, "KVCache")
 
     def __len__(self) -> int:
         return 0 if self.K is None else self.K.shape[-2]
 
     def extend(self, K_new: torch.Tensor, V_new: torch.Tensor):
         """Append the new positions' K and V and return the full (B, h, T_past + T_new, d_head) tensors."""
+        d = check_shape(K_new, "K_new", "B h T_new d_head")
+        check_shape(V_new, "V_new", "B h T_new d_head", **d)
+        check_same(K_new, V_new, "K_new", "V_new")
+        check_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
         self.K = K_new if self.K is None else torch.cat([self.K, K_new], dim=-2)
         self.V = V_new if self.V is None else torch.cat([self.V, V_new], dim=-2)
         return self.K, self.V
@@ -60,15 +80,24 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, h: int, *, bias: bool = True, rope: bool = False, backend: str = "sdpa"):
         super().__init__()
+        (d_model, h), (bias, rope) = check_positive(d_model=d_model, h=h), check_flags(bias=bias, rope=rope)
         self.d_head = check_divisible(d_model, h)
-        if backend not in ("sdpa", "plain"):
-            raise ValueError(f"backend must be 'sdpa' or 'plain', got {backend!r}")
+        backend = check_choice(backend, "backend", ("sdpa", "plain"))
+        if rope and self.d_head % 2:
+            raise ValueError(f"rope=True rotates pairs of dimensions, so d_head = d_model / h must be even, "
+                             f"got d_head={self.d_head} (d_model={d_model}, h={h})")
         self.d_model, self.h, self.rope, self.backend = d_model, h, rope, backend
         self.W_QKV = nn.Linear(d_model, 3 * d_model, bias=bias)   # rows: all of W_Q, then W_K, then W_V
         self.W_O = nn.Linear(d_model, d_model, bias=bias)
 
     def qkv(self, x: torch.Tensor, offset: int = 0):
-        """x (B, T, d_model) → Q, K, V, each (B, h, T, d_head), RoPE applied to Q and K if enabled."""
+        """x (B, T, d_model) → Q, K, V, each (B, h, T, d_head), RoPE applied to Q and K if enabled.
+
+        ``offset`` is the position of x's first row (the length of the cache when earlier K and V are kept).
+        """
+        check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
+        offset, = check_nonnegative(offset=offset)
+        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         Q, K, V = (split_heads(t, self.h) for t in self.W_QKV(x).chunk(3, dim=-1))
         if self.rope:
             Q, K = apply_rope(Q, offset), apply_rope(K, offset)
@@ -81,11 +110,10 @@ class MultiHeadAttention(nn.Module):
         With ``cache``, x holds only the new positions; their K and V are appended to the cache and the
         queries attend to every cached position as well.
         """
-        check_shape(x, "x", "B T d_model", d_model=self.d_model)
-        if x.dtype != self.W_QKV.weight.dtype or x.device != self.W_QKV.weight.device:
-            raise TypeError(f"x is {x.dtype} on {x.device} but the weights are {self.W_QKV.weight.dtype} "
-                            f"on {self.W_QKV.weight.device}; use model.to(...) or x.to(...)")
-        Q, K, V = self.qkv(x, offset=len(cache) if cache is not None else 0)
+        d = check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
+        causal, return_weights = check_flags(causal=causal, return_weights=return_weights)
+        T_past = 0 if cache is None else check_cache(cache, B=d["B"], h=self.h, d_head=self.d_head, like=x)
+        Q, K, V = self.qkv(x, offset=T_past)
         if cache is not None:
             K, V = cache.extend(K, V)
         weights = None

@@ -9,13 +9,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_positive
+from ._validate import (
+    check_caches,
+    check_choice,
+    check_divisible,
+    check_flags,
+    check_ids,
+    check_nonnegative,
+    check_number,
+    check_positive,
+    check_targets,
+)
 from .block import Block
-from .embedding import TokenEmbedding, check_ids
+from .embedding import TokenEmbedding
 from .heads import KVCache
 from .position import LearnedPositions, sinusoidal_positions
 
-__all__ = ["GPT"]
+__all__ = ["GPT", "IGNORE_INDEX"]
+
+IGNORE_INDEX = -100   # a target equal to this is skipped by GPT.loss (the value torch's cross_entropy uses)
 
 
 class GPT(nn.Module):
@@ -29,9 +41,15 @@ class GPT(nn.Module):
                  max_T: int = 128, *, pos: str | None = "learned", norm: str = "pre", causal: bool = True,
                  backend: str = "sdpa"):
         super().__init__()
-        check_positive(vocab_size=vocab_size, L=L, max_T=max_T)
-        if pos not in ("learned", "sinusoidal", "rope", None):
-            raise ValueError(f"pos must be 'learned', 'sinusoidal', 'rope' or None, got {pos!r}")
+        vocab_size, d_model, L, max_T = check_positive(vocab_size=vocab_size, d_model=d_model, L=L, max_T=max_T)
+        pos = check_choice(pos, "pos", ("learned", "sinusoidal", "rope", None))
+        causal, = check_flags(causal=causal)
+        d_head = check_divisible(d_model, h)
+        if pos == "sinusoidal" and d_model % 2:
+            raise ValueError(f"pos='sinusoidal' adds sin/cos pairs, so d_model must be even, got d_model={d_model}")
+        if pos == "rope" and d_head % 2:
+            raise ValueError(f"pos='rope' rotates pairs of dimensions in every head, so d_head = d_model / h must "
+                             f"be even, got d_head={d_head} (d_model={d_model}, h={h})")
         self.vocab_size, self.d_model, self.max_T, self.pos, self.causal = vocab_size, d_model, max_T, pos, causal
         self.embed = TokenEmbedding(vocab_size, d_model)                       # ids → X₀
         self.positions = LearnedPositions(max_T, d_model) if pos == "learned" else None
@@ -40,14 +58,23 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)                                      # final LayerNorm
         self.head = nn.Linear(d_model, vocab_size, bias=False)                 # X_L → logits
 
-    def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """ids (B, T) → X₀ (B, T, d_model): token embedding plus absolute position, if any."""
-        check_ids(ids, self.vocab_size)
+    def _check_ids(self, ids) -> None:
+        """ids must be (B, T) token IDs of this vocabulary, on the model's device (B = 0 is allowed)."""
+        check_ids(ids, self.vocab_size, like=self.embed.table)
         if ids.dim() != 2:
             raise ValueError(f"ids must be (B, T), got {tuple(ids.shape)}; use ids[None] for one sequence")
+
+    def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """ids (B, T) → X₀ (B, T, d_model): token embedding plus absolute position, if any.
+
+        ``offset`` (≥ 0) is the position of the first token, when earlier positions sit in a KV cache.
+        """
+        self._check_ids(ids)
+        offset, = check_nonnegative(offset=offset)
         T = ids.shape[-1]
         if offset + T > self.max_T:
-            raise ValueError(f"T={offset + T} exceeds the context length max_T={self.max_T}")
+            at = f" (offset={offset} + {T} new)" if offset else ""
+            raise ValueError(f"T={offset + T}{at} exceeds the context length max_T={self.max_T}")
         X = self.embed(ids)
         if self.pos == "learned":
             X = X + self.positions(T, offset)
@@ -63,19 +90,32 @@ class GPT(nn.Module):
         return X
 
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """ids (B, T) → logits (B, T, vocab_size) for the next token at every position."""
-        offset = len(caches[0]) if caches else 0
+        """ids (B, T) → logits (B, T, vocab_size) for the next token at every position.
+
+        ``caches``: one KVCache per block, all holding the same T_past earlier positions of this batch;
+        ids are then the tokens at positions T_past … T_past + T − 1.
+        """
+        offset = 0 if caches is None else self._cache_length(ids, caches)
         X = self.embed_tokens(ids, offset)
         for l, block in enumerate(self.blocks):
             X = block(X, causal=self.causal, cache=caches[l] if caches else None)
         return self.head(self.ln_f(X))
 
+    def _cache_length(self, ids, caches) -> int:
+        self._check_ids(ids)
+        attn = self.blocks[0].attn
+        return check_caches(caches, len(self.blocks), B=ids.shape[0], h=attn.h, d_head=attn.d_head,
+                            like=self.embed.table)
+
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of predicting targets (B, T) from ids (B, T)."""
-        if targets.shape != ids.shape:
-            raise ValueError(f"targets must have the shape of ids {tuple(ids.shape)}, got {tuple(targets.shape)}")
+        """Mean cross-entropy of predicting targets (B, T) from ids (B, T).
+
+        A target equal to ``IGNORE_INDEX`` (−100) is skipped; at least one target must count.
+        """
+        self._check_ids(ids)
+        targets = check_targets(targets, ids, self.vocab_size, IGNORE_INDEX)
         logits = self(ids)
-        return F.cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
     @torch.no_grad()
     def generate(self, ids: torch.Tensor, n_new: int, *, use_cache: bool = True, temperature: float = 0.0,
@@ -84,19 +124,43 @@ class GPT(nn.Module):
 
         With ``use_cache`` each step feeds only the newest token and reuses the cached K and V of the
         earlier positions; without it each step recomputes the whole prefix. Both give the same tokens.
+        The last new token is never fed back, so T + n_new − 1 positions must fit in max_T.
         """
-        check_positive(n_new=n_new)
-        check_ids(ids, self.vocab_size)
-        if ids.shape[-1] + n_new > self.max_T:
-            raise ValueError(f"T={ids.shape[-1] + n_new} exceeds the context length max_T={self.max_T}")
+        self._check_ids(ids)
+        (n_new,), (use_cache,) = check_positive(n_new=n_new), check_flags(use_cache=use_cache)
+        temperature = check_number(temperature, "temperature", minimum=0)
+        _check_generator(generator, ids.device)
+        if ids.shape[-1] + n_new - 1 > self.max_T:
+            raise ValueError(f"a prompt of T={ids.shape[-1]} and n_new={n_new} feeds T + n_new - 1 = "
+                             f"{ids.shape[-1] + n_new - 1} positions, more than max_T={self.max_T}")
         caches = [KVCache() for _ in self.blocks] if use_cache else None
         step_input = ids
         for _ in range(n_new):
             logits = self(step_input if use_cache else ids, caches)[:, -1]
             if temperature > 0:
-                nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=generator)
+                nxt = torch.multinomial(_sampling_probs(logits, temperature), 1, generator=generator)
             else:
                 nxt = logits.argmax(-1, keepdim=True)
             ids = torch.cat([ids, nxt], dim=1)
             step_input = nxt
         return ids
+
+
+def _check_generator(generator, device: torch.device) -> None:
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator.device.type != device.type:
+        raise ValueError(f"generator is on {generator.device} but ids are on {device}; "
+                         f"use torch.Generator({str(device.type)!r})")
+
+
+def _sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) in at least float32. Where a tiny temperature makes logits / temperature
+    overflow, the gaps to the largest logit are divided instead: the same distribution, without inf − inf.
+    """
+    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    scaled = z / temperature
+    shifted = (z - z.amax(-1, keepdim=True)) / temperature
+    return F.softmax(torch.where(torch.isfinite(scaled).all(-1, keepdim=True), scaled, shifted), -1)

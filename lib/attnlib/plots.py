@@ -2,23 +2,44 @@
 
 from __future__ import annotations
 
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.axes import Axes
+
+from ._validate import check_flags, check_labels, check_number, check_positive
 
 __all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels", "PIPELINE", "pipeline_figure", "save_pipeline"]
 
 
 def labels(pieces: list[str]) -> list[str]:
     """Readable axis labels: a word-initial space is shown as '▁' so 'the' and ' the' stay distinct."""
-    return [p.replace(" ", "▁") for p in pieces]
+    return [p.replace(" ", "▁") for p in check_labels(pieces, None, "pieces")]
 
 
-def _table(W) -> np.ndarray:
-    W = W.detach().cpu().float().numpy() if isinstance(W, torch.Tensor) else np.asarray(W, dtype=float)
-    if W.ndim != 2:
-        raise ValueError(f"expected a (T_q, T_k) table, got shape {W.shape}")
+def _table(W, name: str, dims: str) -> np.ndarray:
+    """A tensor or array of real numbers with the axes ``dims`` (e.g. "(T, T)"), as a float NumPy array."""
+    if isinstance(W, torch.Tensor):
+        if W.dtype == torch.bool or W.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {W.dtype}")
+        W = W.detach().cpu().float().numpy()
+    else:
+        try:
+            W = np.asarray(W, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a tensor or array of numbers, got {type(W).__name__}") from None
+    want = dims.count(",") + 1
+    if W.ndim != want or 0 in W.shape:
+        raise ValueError(f"{name} must be a {dims} table with at least one entry per axis, got shape {W.shape}")
     return W
+
+
+def _check_ax(ax):
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes (e.g. from plt.subplots()) or None, got {type(ax).__name__}")
+    return ax
 
 
 def _token_axes(ax, tokens: list[str], xlabel: str, ylabel: str) -> None:
@@ -33,10 +54,15 @@ def _token_axes(ax, tokens: list[str], xlabel: str, ylabel: str) -> None:
 def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, annotate: bool = True,
                       vmin: float = 0.0, vmax: float = 1.0):
     """Draw a (T, T) weight table P: row i = query position i, column j = key position j."""
-    P = _table(P)
-    if len(tokens) != P.shape[0] or P.shape[0] != P.shape[1]:
-        raise ValueError(f"P must be (T, T) with T={len(tokens)} tokens, got {P.shape}")
-    ax = ax or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
+    P = _table(P, "P", "(T, T)")
+    if P.shape[0] != P.shape[1]:
+        raise ValueError(f"P must be a square (T, T) table, got shape {P.shape}")
+    tokens = check_labels(tokens, P.shape[0])
+    annotate, = check_flags(annotate=annotate)
+    vmin, vmax = check_number(vmin, "vmin"), check_number(vmax, "vmax")
+    if vmin >= vmax:
+        raise ValueError(f"vmin must be below vmax, got vmin={vmin} and vmax={vmax}")
+    ax = _check_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
     im = ax.imshow(P, cmap="Blues", vmin=vmin, vmax=vmax)
     _token_axes(ax, tokens, "key position j (attended to)", "query position i (attending)")
     if annotate and len(tokens) <= 12:
@@ -51,9 +77,12 @@ def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, a
 
 
 def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
-    """Draw a mask: white 0 where query i may read key j, grey −∞ where key j is in i's future."""
-    M = _table(M)
-    ax = ax or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
+    """Draw a (T, T) mask: white 0 where query i may read key j, grey −∞ where key j is in i's future."""
+    M = _table(M, "M", "(T, T)")
+    if M.shape[0] != M.shape[1]:
+        raise ValueError(f"M must be a square (T, T) mask, got shape {M.shape}")
+    tokens = check_labels(tokens, M.shape[0])
+    ax = _check_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
     blocked = np.isneginf(M)
     ax.imshow(blocked, cmap="Greys", vmin=0, vmax=1.6)
     for i in range(M.shape[0]):
@@ -66,9 +95,11 @@ def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
 
 def heads_grid(P, tokens: list[str], title: str = "", cols: int = 4):
     """One heatmap per head for weights P (h, T, T); returns the figure."""
-    P = P.detach().cpu() if isinstance(P, torch.Tensor) else torch.as_tensor(P)
-    if P.dim() != 3:
-        raise ValueError(f"P must be (h, T, T), got {tuple(P.shape)}")
+    P = _table(P, "P", "(h, T, T)")
+    if P.shape[1] != P.shape[2]:
+        raise ValueError(f"P must be (h, T, T) with square tables, got shape {P.shape}")
+    tokens = check_labels(tokens, P.shape[1])
+    cols, = check_positive(cols=cols)
     h = P.shape[0]
     cols = min(cols, h)
     rows = -(-h // cols)
@@ -79,7 +110,7 @@ def heads_grid(P, tokens: list[str], title: str = "", cols: int = 4):
         if k >= h:
             ax.axis("off")
             continue
-        ax.imshow(P[k].numpy(), cmap="Blues", vmin=0, vmax=1)
+        ax.imshow(P[k], cmap="Blues", vmin=0, vmax=1)
         ax.set_title(f"head {k}", fontsize=9)
         ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
         ax.set_yticks(range(len(names)), names, fontsize=7)
@@ -134,6 +165,13 @@ def pipeline_figure():
 
 def save_pipeline(path: str = "book/images/pipeline.svg") -> None:
     """Write the intro's figure as an SVG with real text (searchable, sharp) and no timestamp."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file name ending in .svg, got {path!r} ({type(path).__name__})")
+    if not str(path).endswith(".svg"):
+        raise ValueError(f"path must be a file name ending in .svg, got {str(path)!r}")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"path must be in an existing folder, got {str(path)!r} (no folder {folder!r})")
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnlib"}):
         fig = pipeline_figure()
         fig.savefig(path, metadata={"Date": None})

@@ -9,22 +9,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_positive, check_shape
+from ._validate import check_nonnegative, check_number, check_positive, check_shape
 
 __all__ = ["sinusoidal_positions", "LearnedPositions", "rope_angles", "apply_rope"]
 
 
 def sinusoidal_positions(T: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """(T, d_model) table P with P[t, 2i] = sin(t / base^(2i/d_model)) and P[t, 2i+1] = cos(same)."""
-    check_positive(T=T, d_model=d_model)
+    """(T, d_model) table PE with PE[t, 2i] = sin(t / base^(2i/d_model)) and PE[t, 2i+1] = cos(same)."""
+    T, d_model = check_positive(T=T, d_model=d_model)
+    base = check_number(base, "base", minimum=1)
     if d_model % 2:
         raise ValueError(f"d_model must be even for sin/cos pairs, got d_model={d_model}")
     t = torch.arange(T, dtype=torch.float32)[:, None]
     freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-    P = torch.zeros(T, d_model)
-    P[:, 0::2] = torch.sin(t * freq)
-    P[:, 1::2] = torch.cos(t * freq)
-    return P
+    PE = torch.zeros(T, d_model)
+    PE[:, 0::2] = torch.sin(t * freq)
+    PE[:, 1::2] = torch.cos(t * freq)
+    return PE
 
 
 class LearnedPositions(nn.Module):
@@ -32,12 +33,13 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_T: int, d_model: int):
         super().__init__()
-        check_positive(max_T=max_T, d_model=d_model)
+        max_T, d_model = check_positive(max_T=max_T, d_model=d_model)
         self.max_T = max_T
         self.table = nn.Parameter(torch.randn(max_T, d_model) * 0.02)
 
     def forward(self, T: int, offset: int = 0) -> torch.Tensor:
-        check_positive(T=T)
+        """Rows offset … offset+T-1 of the table: the positions of T tokens that start at ``offset``."""
+        (T,), (offset,) = check_positive(T=T), check_nonnegative(offset=offset)
         if offset + T > self.max_T:
             raise ValueError(f"T={offset + T} exceeds the context length max_T={self.max_T}")
         return self.table[offset:offset + T]
@@ -45,7 +47,8 @@ class LearnedPositions(nn.Module):
 
 def rope_angles(T: int, d: int, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
     """(T, d/2) rotation angles θ[t, i] = (offset + t) · base^(-2i/d) for the d/2 pairs of a vector."""
-    check_positive(T=T, d=d)
+    (T, d), (offset,) = check_positive(T=T, d=d), check_nonnegative(offset=offset)
+    base = check_number(base, "base", minimum=1)
     if d % 2:
         raise ValueError(f"RoPE rotates pairs of dimensions, so d must be even, got d={d}")
     # float64 so that far positions keep exact angles; callers cast to their own dtype
@@ -60,6 +63,7 @@ def apply_rope(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
     ``offset`` is the position of the first row (used when earlier positions are cached).
     """
     dims = check_shape(x, "x", "... T d")
+    offset, = check_nonnegative(offset=offset)
     theta = rope_angles(dims["T"], dims["d"], offset).to(x.device)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]

@@ -18,6 +18,8 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
     torch keeps the fused (3·d_model, d_model) input weight in the same Q, K, V order as ``W_QKV``.
     """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be an attnlib MultiHeadAttention, got {type(mha).__name__}")
     if mha.rope:
         raise ValueError("torch's MultiheadAttention has no RoPE; compare a module built with rope=False")
     w = mha.W_QKV.weight
@@ -35,8 +37,11 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 def to_torch_layer(block: Block) -> nn.TransformerEncoderLayer:
     """An ``nn.TransformerEncoderLayer`` (GELU, no dropout) computing the same function as ``block``.
 
-    Call it with a causal mask: ``ref(x, src_mask=causal_mask(T), is_causal=True)``.
+    Call it with a causal mask: ``ref(x, src_mask=causal_mask(T), is_causal=True)`` (the float mask M:
+    this layer reads a boolean mask the other way round from scaled_dot_product_attention).
     """
+    if not isinstance(block, Block):
+        raise TypeError(f"block must be an attnlib Block, got {type(block).__name__}")
     w = block.mlp.W_1.weight
     ref = nn.TransformerEncoderLayer(
         block.d_model, block.attn.h, dim_feedforward=w.shape[0], dropout=0.0, activation="gelu",

@@ -8,6 +8,8 @@ import random
 import numpy as np
 import torch
 
+from ._validate import check_device, check_nonnegative
+
 __all__ = ["setup", "pick_device", "seed_everything", "show_source"]
 
 
@@ -24,13 +26,16 @@ def pick_device() -> torch.device:
     """The best device here: cuda, else mps, else cpu. ``ATTNLIB_DEVICE`` overrides the choice."""
     forced = os.environ.get("ATTNLIB_DEVICE")
     if forced:
-        return torch.device(forced)
+        return check_device(forced, "ATTNLIB_DEVICE")
     found = accelerators()
     return torch.device(next((kind for kind in ("cuda", "mps") if found[kind]), "cpu"))
 
 
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy and torch so a notebook prints the same numbers on every run."""
+    seed, = check_nonnegative(seed=seed)
+    if seed >= 2**32:
+        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -9,6 +9,8 @@ from importlib import resources
 
 import torch
 
+from ._validate import check_id_list, check_pieces
+
 __all__ = [
     "ToyTokenizer", "CharTokenizer", "TOY_VOCAB", "EXAMPLE", "SWAPPED", "load_text", "example_ids",
 ]
@@ -36,9 +38,10 @@ class ToyTokenizer:
     """
 
     def __init__(self, vocab: list[str] | None = None):
-        self.vocab = list(vocab or TOY_VOCAB)
-        if len(set(self.vocab)) != len(self.vocab):
-            raise ValueError("the vocabulary has repeated pieces")
+        self.vocab = check_pieces(TOY_VOCAB if vocab is None else vocab, "vocab")
+        if " " not in self.vocab:
+            raise ValueError("vocab must contain the piece ' ' (a single space): the text is encoded with a "
+                             "space in front")
         self.id_of = {piece: i for i, piece in enumerate(self.vocab)}
         self._longest = max(map(len, self.vocab))
 
@@ -53,10 +56,10 @@ class ToyTokenizer:
         if not text:
             raise ValueError("text is empty: there is nothing to tokenize")
         for pos, ch in enumerate(text):
-            if ch not in self.id_of:
-                raise ValueError(
-                    f"character {ch!r} at position {pos} is not in the toy vocabulary "
-                    "(lowercase letters, space and . , ! ? ' only)")
+            if ch not in self.id_of:   # every character is a piece, so the loop below always advances
+                allowed = "lowercase letters, space and . , ! ? ' only" if self.vocab == TOY_VOCAB else \
+                    "every character must be a piece of its own"
+                raise ValueError(f"character {ch!r} at position {pos} is not in the vocabulary ({allowed})")
         s, out, i = " " + text, [], 0
         while i < len(s):
             for n in range(min(self._longest, len(s) - i), 0, -1):
@@ -64,6 +67,8 @@ class ToyTokenizer:
                     out.append(s[i:i + n])
                     i += n
                     break
+            else:
+                raise ValueError(f"no piece of the vocabulary matches {s[i:i + 8]!r} at position {i - 1}")
         return out
 
     def encode(self, text: str) -> list[int]:
@@ -71,18 +76,17 @@ class ToyTokenizer:
         return [self.id_of[p] for p in self.pieces(text)]
 
     def decode(self, ids) -> str:
-        """Token IDs → text (the leading space added by :meth:`pieces` is dropped)."""
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        for i in ids:
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} is outside the vocabulary 0..{self.vocab_size - 1}")
-        return "".join(self.vocab[i] for i in ids)[1:]
+        """Token IDs (T,) → text; the leading space that :meth:`pieces` adds is dropped (if the text has one)."""
+        text = "".join(self.vocab[i] for i in check_id_list(ids, self.vocab_size))
+        return text[1:] if text.startswith(" ") else text
 
 
 class CharTokenizer:
     """One token per character, with the vocabulary taken from a training text."""
 
     def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         if not text:
             raise ValueError("CharTokenizer needs a non-empty text to build its vocabulary")
         self.vocab = sorted(set(text))
@@ -94,19 +98,25 @@ class CharTokenizer:
 
     def encode(self, text: str) -> torch.Tensor:
         """Text → (T,) int64 tensor of token IDs."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         missing = sorted(set(text) - set(self.id_of))
         if missing:
             raise ValueError(f"characters {missing} are not in this tokenizer's vocabulary")
         return torch.tensor([self.id_of[c] for c in text], dtype=torch.long)
 
     def decode(self, ids) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return "".join(self.vocab[i] for i in ids)
+        """Token IDs (T,) → text."""
+        return "".join(self.vocab[i] for i in check_id_list(ids, self.vocab_size))
 
 
 def load_text(name: str = "fables") -> str:
     """A small public-domain text shipped with the library (``attnlib/data/<name>.txt``)."""
-    return resources.files("attnlib").joinpath("data", f"{name}.txt").read_text(encoding="utf-8")
+    data = resources.files("attnlib").joinpath("data")
+    names = sorted(p.name[:-4] for p in data.iterdir() if p.name.endswith(".txt"))
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"name must be one of the shipped texts {names}, got {name!r}")
+    return data.joinpath(f"{name}.txt").read_text(encoding="utf-8")
 
 
 def example_ids(text: str = EXAMPLE) -> tuple[torch.Tensor, list[str]]:
