@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: setup book test lab notebooks learner colab-cell lock test-latest bench lint figures screenshots clean
+.PHONY: setup book test lab notebooks learner colab-cell lock test-latest train-heads bench lint figures screenshots clean
 
 $(STAMP): requirements.txt $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -52,6 +52,9 @@ test-latest:  ## for maintainers: the whole suite against the newest releases re
 	.venv-latest/bin/python -m pip install -q --upgrade -r requirements.txt
 	.venv-latest/bin/python -m pip install -q --no-deps -e .
 	.venv-latest/bin/python -m pytest -n 2 --dist loadfile
+
+train-heads: setup  ## retrain the small models whose heads chapter 6 reads (deterministic; writes attnlib/data)
+	$(BIN)/python -m attnlib.induction
 
 bench: setup  ## the performance benchmarks (quick version)
 	$(BIN)/python benchmarks/run.py --quick

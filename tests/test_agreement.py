@@ -127,6 +127,22 @@ def test_block_equals_torch_transformer_encoder_layer(B, T, d_model, h, norm, dt
     torch.testing.assert_close(block(x), want, **tol(dtype))
 
 
+@pytest.mark.parametrize("options", [dict(gelu="tanh", eps=1e-6), dict(bias=False), dict(bias=False, gelu="tanh")],
+                         ids=["tanh-gelu-eps", "no-bias", "no-bias-tanh"])
+def test_gpt2_style_block_options_equal_torch_transformer_encoder_layer(options):
+    """The options GPT-2 needs (tanh GELU, ε, no biases) are carried over to torch's layer and agree with it."""
+    torch.manual_seed(7)
+    block = Block(16, 4, **options).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    want = to_torch_layer(block)(x, src_mask=causal_mask(5, dtype=torch.float64), is_causal=True)
+    torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
+    plain = Block(16, 4).double()                      # the default layer is a different function
+    plain.load_state_dict(block.state_dict(), strict=False)
+    if options.get("gelu") == "tanh":
+        assert not torch.allclose(to_torch_layer(plain)(x, src_mask=causal_mask(5, dtype=torch.float64),
+                                                        is_causal=True), want, rtol=0, atol=1e-9)
+
+
 def test_fused_and_separate_projections_agree_exactly():
     torch.manual_seed(0)
     for bias in (False, True):

@@ -10,41 +10,55 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_choice, check_input, check_positive
+from ._validate import check_choice, check_flags, check_input, check_number, check_positive
 from .heads import KVCache, MultiHeadAttention
 
 __all__ = ["MLP", "Block"]
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward network: (B, T, d_model) → d_ff → GELU → (B, T, d_model), each position alone."""
+    """Position-wise feed-forward network: (B, T, d_model) → d_ff → GELU → (B, T, d_model), each position alone.
 
-    def __init__(self, d_model: int, d_ff: int):
+    ``gelu="exact"`` uses GELU(x) = x·Φ(x); ``gelu="tanh"`` its tanh approximation (GPT-2's ``gelu_new``).
+    ``bias=False`` drops the two bias vectors.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, bias: bool = True, gelu: str = "exact"):
         super().__init__()
         self.d_model, self.d_ff = check_positive(d_model=d_model, d_ff=d_ff)
-        self.W_1 = nn.Linear(self.d_model, self.d_ff)
-        self.W_2 = nn.Linear(self.d_ff, self.d_model)
+        bias, = check_flags(bias=bias)
+        self.gelu = check_choice(gelu, "gelu", ("exact", "tanh"))
+        self.W_1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self.W_2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_model) → (..., d_model): the same two-layer network at every position."""
         check_input(x, "x", "... d_model", self.W_1.weight, d_model=self.d_model)
         x = x.contiguous()   # any memory layout gives the bits of a plain copy
-        return self.W_2(F.gelu(self.W_1(x)))
+        approximate = "tanh" if self.gelu == "tanh" else "none"
+        return self.W_2(F.gelu(self.W_1(x), approximate=approximate))
 
 
 class Block(nn.Module):
-    """Attention and MLP sublayers, each with a residual addition: x (B, T, d_model) → (B, T, d_model)."""
+    """Attention and MLP sublayers, each with a residual addition: x (B, T, d_model) → (B, T, d_model).
+
+    ``bias=False`` removes every bias (projections, MLP, LayerNorm shifts); ``eps`` is both LayerNorms' ε;
+    ``gelu`` is the MLP's GELU flavour ("exact" or "tanh").
+    """
 
     def __init__(self, d_model: int, h: int, d_ff: int | None = None, *, norm: str = "pre",
-                 rope: bool = False, backend: str = "sdpa"):
+                 rope: bool = False, backend: str = "sdpa", bias: bool = True, gelu: str = "exact",
+                 eps: float = 1e-5):
         super().__init__()
         d_model, = check_positive(d_model=d_model)
         norm = check_choice(norm, "norm", ("pre", "post"))
+        bias, = check_flags(bias=bias)
+        eps = check_number(eps, "eps", above=0)
         self.norm, self.d_model = norm, d_model
-        self.ln_1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, h, rope=rope, backend=backend)
-        self.ln_2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff)
+        self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.attn = MultiHeadAttention(d_model, h, bias=bias, rope=rope, backend=backend)
+        self.ln_2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff, bias=bias, gelu=gelu)
 
     def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
         check_input(x, "x", "B T d_model", self.ln_1.weight, d_model=self.d_model)

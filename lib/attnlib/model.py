@@ -5,6 +5,8 @@ Each block has its own parameters: the structure repeats, the weights do not.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,9 +27,35 @@ from .embedding import TokenEmbedding
 from .heads import KVCache
 from .position import LearnedPositions, sinusoidal_positions
 
-__all__ = ["GPT", "IGNORE_INDEX"]
+__all__ = ["GPT", "IGNORE_INDEX"]   # GPTConfig: import it from attnlib.model
 
 IGNORE_INDEX = -100   # a target equal to this is skipped by GPT.loss (the value torch's cross_entropy uses)
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Every option of :class:`GPT` in one place; ``GPT.from_config(cfg)`` builds the model, ``model.config``
+    gives it back. The defaults are the course's model; GPT-2 uses ``tie=True, gelu="tanh"`` (``GPT.from_gpt2``).
+
+    ``tie``: the output head reuses the token embedding table (head.weight is embed.table).
+    ``gelu``: "exact" or "tanh" (the approximation GPT-2 calls ``gelu_new``).
+    ``bias``: False removes every bias (projections, MLP, LayerNorm shifts). ``eps``: every LayerNorm's ε.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    h: int = 4
+    L: int = 2
+    d_ff: int | None = None
+    max_T: int = 128
+    pos: str | None = "learned"
+    norm: str = "pre"
+    causal: bool = True
+    backend: str = "sdpa"
+    tie: bool = False
+    gelu: str = "exact"
+    bias: bool = True
+    eps: float = 1e-5
 
 
 class GPT(nn.Module):
@@ -35,15 +63,19 @@ class GPT(nn.Module):
 
     ``pos``: "learned" or "sinusoidal" (added to X₀), "rope" (rotates Q and K in every block) or None.
     ``causal=False`` removes the mask everywhere (chapter 8's leak experiment).
+    ``tie``, ``gelu``, ``bias``, ``eps``: see :class:`GPTConfig` (the defaults keep the course's model).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, h: int = 4, L: int = 2, d_ff: int | None = None,
                  max_T: int = 128, *, pos: str | None = "learned", norm: str = "pre", causal: bool = True,
-                 backend: str = "sdpa"):
+                 backend: str = "sdpa", tie: bool = False, gelu: str = "exact", bias: bool = True,
+                 eps: float = 1e-5):
         super().__init__()
         vocab_size, d_model, L, max_T = check_positive(vocab_size=vocab_size, d_model=d_model, L=L, max_T=max_T)
         pos = check_choice(pos, "pos", ("learned", "sinusoidal", "rope", None))
-        causal, = check_flags(causal=causal)
+        causal, tie, bias = check_flags(causal=causal, tie=tie, bias=bias)
+        gelu = check_choice(gelu, "gelu", ("exact", "tanh"))
+        eps = check_number(eps, "eps", above=0)
         d_head = check_divisible(d_model, h)
         if pos == "sinusoidal" and d_model % 2:
             raise ValueError(f"pos='sinusoidal' adds sin/cos pairs, so d_model must be even, got d_model={d_model}")
@@ -54,9 +86,32 @@ class GPT(nn.Module):
         self.embed = TokenEmbedding(vocab_size, d_model)                       # ids → X₀
         self.positions = LearnedPositions(max_T, d_model) if pos == "learned" else None
         self.blocks = nn.ModuleList(
-            Block(d_model, h, d_ff, norm=norm, rope=pos == "rope", backend=backend) for _ in range(L))
-        self.ln_f = nn.LayerNorm(d_model)                                      # final LayerNorm
+            Block(d_model, h, d_ff, norm=norm, rope=pos == "rope", backend=backend, bias=bias, gelu=gelu,
+                  eps=eps) for _ in range(L))
+        self.ln_f = nn.LayerNorm(d_model, eps=eps, bias=bias)                  # final LayerNorm
         self.head = nn.Linear(d_model, vocab_size, bias=False)                 # X_L → logits
+        if tie:
+            self.head.weight = self.embed.table   # one (vocab_size, d_model) parameter, used twice
+        self.config = GPTConfig(vocab_size, d_model, h, L, d_ff, max_T, pos=pos, norm=norm, causal=causal,
+                                backend=backend, tie=tie, gelu=gelu, bias=bias, eps=eps)
+
+    @classmethod
+    def from_config(cls, config: GPTConfig) -> GPT:
+        """Build a model from a :class:`GPTConfig` (the same as passing its fields as keywords)."""
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        return cls(**asdict(config))
+
+    @classmethod
+    def from_gpt2(cls, hf_model) -> GPT:
+        """A GPT with the weights of a Hugging Face ``GPT2LMHeadModel`` (see :mod:`attnlib.gpt2`)."""
+        from .gpt2 import from_gpt2
+        return from_gpt2(hf_model)
+
+    def to_gpt2(self):
+        """This model as a Hugging Face ``GPT2LMHeadModel`` with copied weights (see :mod:`attnlib.gpt2`)."""
+        from .gpt2 import to_gpt2
+        return to_gpt2(self)
 
     def _check_ids(self, ids) -> None:
         """ids must be (B, T) token IDs of this vocabulary, on the model's device (B = 0 is allowed)."""

@@ -4,7 +4,10 @@ nobody here wrote: ``nn.MultiheadAttention`` (chapter 6) and ``nn.TransformerEnc
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .block import Block
@@ -43,14 +46,18 @@ def to_torch_layer(block: Block) -> nn.TransformerEncoderLayer:
     if not isinstance(block, Block):
         raise TypeError(f"block must be an attnlib Block, got {type(block).__name__}")
     w = block.mlp.W_1.weight
+    bias = block.mlp.W_1.bias is not None
+    activation = functools.partial(F.gelu, approximate="tanh") if block.mlp.gelu == "tanh" else "gelu"
     ref = nn.TransformerEncoderLayer(
-        block.d_model, block.attn.h, dim_feedforward=w.shape[0], dropout=0.0, activation="gelu",
-        batch_first=True, norm_first=block.norm == "pre", dtype=w.dtype, device=w.device)
+        block.d_model, block.attn.h, dim_feedforward=w.shape[0], dropout=0.0, activation=activation,
+        layer_norm_eps=block.ln_1.eps, batch_first=True, norm_first=block.norm == "pre", bias=bias,
+        dtype=w.dtype, device=w.device)
     ref.self_attn = to_torch_mha(block.attn)
     pairs = [(ref.linear1, block.mlp.W_1), (ref.linear2, block.mlp.W_2), (ref.norm1, block.ln_1),
              (ref.norm2, block.ln_2)]
     with torch.no_grad():
         for theirs, ours in pairs:
             theirs.weight.copy_(ours.weight)
-            theirs.bias.copy_(ours.bias)
+            if ours.bias is not None:
+                theirs.bias.copy_(ours.bias)
     return ref.eval()

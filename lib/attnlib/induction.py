@@ -1,0 +1,276 @@
+"""Chapter 6: heads that specialise, measured.
+
+A 2-block model is trained on sequences made of a random block of distinct tokens followed by the same
+block again, ``[a b c … a b c …]``. The first half cannot be predicted; the second half can, by a
+two-step circuit: a *previous-token head* (each position reads the one before it) and an *induction head*
+(find the earlier occurrence of the current token, read the token that came right after it).
+
+Scores, for attention weights P (…, T, T) with queries on rows and keys on columns:
+
+* previous-token score: the mean of P[i, i − 1] over the queries i ≥ 1;
+* induction score: the mean of P[i, j + 1] over the queries i whose token appeared before, where j is the
+  latest earlier position holding the same token (in a repeated block: the repeated half).
+
+``python -m attnlib.induction`` trains the shipped models (two seeds) and writes
+``attnlib/data/heads.safetensors`` with the training losses in its metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ._validate import check_ids, check_nonnegative, check_positive, check_shape
+from .model import GPT
+
+__all__ = [
+    "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
+    "induction_targets", "induction_score", "head_scores", "half_losses", "ablate_heads",
+    "new_model", "train_induction", "load_models", "stored_losses",
+]
+
+# The recipe. vocab_size ≥ the longest block, so a block's tokens can all differ.
+CONFIG = {"vocab_size": 32, "d_model": 64, "h": 4, "L": 2, "max_T": 48, "pos": "learned",
+          "n_min": 6, "n_max": 24, "B": 32, "steps": 1500, "lr": 1e-3, "weight_decay": 0.01}
+SEEDS = (0, 1)
+WEIGHTS = Path(__file__).with_name("data") / "heads.safetensors"
+_MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")
+
+
+def repeated_blocks(B: int, n: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Token IDs (B, 2n): per row, n distinct random tokens, then the same n tokens again."""
+    B, n, vocab_size = check_positive(B=B, n=n, vocab_size=vocab_size)
+    if n > vocab_size:
+        raise ValueError(f"a block of n={n} distinct tokens needs vocab_size >= n, got {vocab_size}")
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise TypeError(f"generator must be a CPU torch.Generator, got "
+                        f"{getattr(generator, 'device', type(generator).__name__)}")
+    block = torch.rand(B, vocab_size, generator=generator).argsort(dim=-1)[:, :n]
+    return torch.cat([block, block], dim=1)
+
+
+@torch.no_grad()
+def head_weights(model: GPT, ids: torch.Tensor) -> torch.Tensor:
+    """Weights (L, B, h, T, T) of every head of every block for token IDs (B, T).
+
+    Block l's weights come from its input X_l through its first LayerNorm (the model must be Pre-Norm).
+    """
+    _check_gpt(model)
+    X = model.hidden_states(ids)
+    tables = []
+    for block, X_l in zip(model.blocks, X):
+        _, P = block.attn(block.ln_1(X_l), causal=model.causal, return_weights=True)
+        tables.append(P)
+    return torch.stack(tables)
+
+
+def _check_table(P) -> dict[str, int]:
+    d = check_shape(P, "P", "... T T_k")
+    if d["T"] != d["T_k"]:
+        raise ValueError(f"P must end in a square (T, T) table, got shape {tuple(P.shape)}")
+    return d
+
+
+def previous_token_score(P: torch.Tensor) -> torch.Tensor:
+    """P (…, T, T) → (…): the mean weight a query puts on the position just before it, over i ≥ 1."""
+    T = _check_table(P)["T"]
+    if T < 2:
+        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
+    return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
+
+
+def induction_targets(ids: torch.Tensor) -> torch.Tensor:
+    """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier position with
+    the same token as position i. Rows of tokens seen for the first time are all False."""
+    check_shape(ids, "ids", "... T", float_only=False)
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
+    T = ids.shape[-1]
+    i = torch.arange(T, device=ids.device)
+    same = (ids[..., :, None] == ids[..., None, :]) & (i[None, :] < i[:, None])   # (…, i, j): j < i
+    latest = torch.where(same, i, -1).amax(dim=-1)                                # (…, i), −1: none
+    target = torch.zeros(*ids.shape, T, dtype=torch.bool, device=ids.device)
+    rows = latest >= 0
+    target[rows.nonzero(as_tuple=True) + ((latest[rows] + 1),)] = True
+    return target
+
+
+def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean weight on
+    the token right after the previous occurrence of the query's token, over the queries that have one."""
+    d = _check_table(P)
+    target = induction_targets(ids)
+    if ids.shape[-1] != d["T"]:
+        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
+    if ids.dim() == 2:
+        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
+            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
+                             f"P {tuple(P.shape)}")
+        target = target[:, None]
+    elif ids.dim() != 1:
+        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
+    counted = target.any(-1).sum(-1)
+    if int(counted.min()) == 0:
+        raise ValueError("no query token appears twice in ids, so there is nothing to score")
+    return (P * target).sum(dim=(-2, -1)) / counted
+
+
+def head_scores(model: GPT, ids: torch.Tensor) -> torch.Tensor:
+    """(L, h, 2): per block and head, the previous-token and the induction score on ids (B, T)."""
+    P = head_weights(model, ids)                       # (L, B, h, T, T)
+    prev = previous_token_score(P).mean(1)             # (L, h)
+    ind = torch.stack([induction_score(P_l, ids) for P_l in P]).mean(1)
+    return torch.stack([prev, ind], dim=-1)
+
+
+@torch.no_grad()
+def half_losses(model: GPT, ids: torch.Tensor) -> tuple[float, float]:
+    """Mean next-token loss on ids (B, 2n): (first half, repeated half).
+
+    First half: the predictions of tokens 1 … n − 1. Repeated half: of tokens n + 1 … 2n − 1 (token n,
+    where the repeat starts, cannot be known in advance and counts in neither).
+    """
+    _check_gpt(model)
+    check_ids(ids, model.vocab_size, like=model.embed.table)
+    T = ids.shape[-1]
+    if ids.dim() != 2 or T % 2 or T < 4:
+        raise ValueError(f"ids must be (B, 2n) with n >= 2, got shape {tuple(ids.shape)}")
+    n = T // 2
+    loss = F.cross_entropy(model(ids[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
+    return loss[:, :n - 1].mean().item(), loss[:, n:].mean().item()
+
+
+@contextlib.contextmanager
+def ablate_heads(model: GPT, heads):
+    """Within the ``with`` block, every (layer, head) pair in ``heads`` outputs zeros: the head's d_head
+    columns of the concatenated heads are zeroed before W_O mixes them."""
+    _check_gpt(model)
+    if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(v, int) for v in heads):
+        raise TypeError(f"heads must be a list of (layer, head) pairs, got the single pair {heads}; "
+                        f"write [{heads}]")
+    columns = {}
+    for pair in heads:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise TypeError(f"heads must hold (layer, head) pairs, got {pair!r}")
+        layer, head = check_nonnegative(layer=pair[0], head=pair[1])
+        if layer >= len(model.blocks):
+            raise ValueError(f"layer must be below L={len(model.blocks)}, got {layer}")
+        attn = model.blocks[layer].attn
+        if head >= attn.h:
+            raise ValueError(f"head must be below h={attn.h}, got {head}")
+        columns.setdefault(layer, []).extend(range(head * attn.d_head, (head + 1) * attn.d_head))
+
+    def zeroer(cols):
+        def zero(module, inputs):
+            x = inputs[0].clone()
+            x[..., cols] = 0
+            return (x,)
+        return zero
+
+    handles = [model.blocks[layer].attn.W_O.register_forward_pre_hook(zeroer(cols))
+               for layer, cols in columns.items()]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def new_model(seed: int, config: dict = CONFIG) -> GPT:
+    """The untrained model of the recipe, its weights drawn from torch's RNG seeded with ``seed``."""
+    torch.manual_seed(seed)
+    return GPT(**{k: config[k] for k in _MODEL_KEYS})
+
+
+def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) -> tuple[GPT, list[float]]:
+    """Train the recipe's model with ``seed`` (weights and batches) for ``steps`` steps (default: all).
+
+    Every step draws a block length n from n_min … n_max, so a head cannot find the earlier copy by a
+    fixed distance: it has to look for the token. Run it with one thread to get the stored losses bit
+    for bit.
+    """
+    seed, = check_nonnegative(seed=seed)
+    steps, = check_positive(steps=config["steps"] if steps is None else steps)
+    model = new_model(seed, config)
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
+    model.train()
+    losses = []
+    for _ in range(steps):
+        n = int(torch.randint(config["n_min"], config["n_max"] + 1, (1,), generator=g))
+        ids = repeated_blocks(config["B"], n, config["vocab_size"], g)
+        loss = model.loss(ids[:, :-1], ids[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return model, losses
+
+
+def load_models(path: str | Path = WEIGHTS) -> dict[int, GPT]:
+    """The shipped trained models, ``{seed: GPT}``, read from a local safetensors file."""
+    from safetensors.torch import load_file
+
+    tensors, meta = load_file(str(path)), _metadata(path)
+    models = {}
+    for seed in meta["seeds"]:
+        model = new_model(seed, meta["config"])
+        prefix = f"seed{seed}."
+        model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        models[seed] = model.eval()
+    return models
+
+
+def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:
+    """The training loss of every step of every shipped seed, as the training script recorded them."""
+    return {int(k): v for k, v in _metadata(path)["losses"].items()}
+
+
+def _metadata(path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    return {"config": json.loads(meta["config"]), "seeds": json.loads(meta["seeds"]),
+            "losses": json.loads(meta["losses"])}
+
+
+def _check_gpt(model) -> None:
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib.GPT, got {type(model).__name__}")
+    if model.blocks[0].norm != "pre":
+        raise ValueError("head weights are read through ln_1, which needs a Pre-Norm model (norm='pre')")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train every seed of the recipe with one thread and write the weights and the losses."""
+    from safetensors.torch import save_file
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--out", default=str(WEIGHTS), help="where to write the safetensors file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    tensors, losses = {}, {}
+    for seed in SEEDS:
+        t0 = time.perf_counter()
+        model, losses[seed] = train_induction(seed)
+        for k, v in model.state_dict().items():
+            tensors[f"seed{seed}.{k}"] = v.detach().contiguous()
+        print(f"seed {seed}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
+              f"loss {losses[seed][0]:.3f} → {sum(losses[seed][-50:]) / 50:.3f} (last 50)")
+    meta = {"config": json.dumps(CONFIG), "seeds": json.dumps(list(SEEDS)),
+            "losses": json.dumps({str(s): [round(x, 6) for x in ls] for s, ls in losses.items()}),
+            "torch": torch.__version__}
+    save_file(tensors, args.out, metadata=meta)
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()
