@@ -44,3 +44,16 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
     for i in range(len(outs)):
         for j in range(i + 1, len(outs)):
             assert not _close(outs[i], outs[j], 1e-5), (i, j)
+
+
+# The slowest files first: pytest-xdist (--dist loadfile) hands out whole files in collection order, so a slow
+# file collected last would keep one worker busy while the other sits idle.
+SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_learner_runs.py", "test_colab_path.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        name = item.path.name
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)   # stable: the order within a file and among the other files is kept

@@ -38,7 +38,8 @@ from attnlib import (
     softmax,
     split_heads,
 )
-from attnlib.costs import attention_flops, ops_called
+from attnlib.costs import attention_flops, attention_params, kv_cache_bytes, ops_called
+from attnlib.heads import repeat_kv
 from attnlib.plots import heads_grid, mask_picture
 from attnlib.train import evaluate, random_batch
 
@@ -160,6 +161,15 @@ CASES = [
     ("input on another device", lambda: mha(torch.randn(1, 3, 64, device="meta")), ValueError, ["meta", "cpu"]),
     ("a cache on another device", lambda: (lambda m, c: m(torch.randn(2, 1, 8), cache=KVCache(
         c.K.to("meta"), c.V.to("meta"))))(*_filled_cache(2)), ValueError, ["cache", "meta", "cpu"]),
+    # grouped-query attention (chapter 10)
+    ("h not divisible by h_kv", lambda: MultiHeadAttention(64, 8, h_kv=3), ValueError, ["h=8", "h_kv=3"]),
+    ("more key/value heads than query heads", lambda: attention_params(64, 8, 16), ValueError,
+     ["h_kv=16", "h=8"]),
+    ("a cache with another number of key/value heads",
+     lambda: (lambda m, c: MultiHeadAttention(8, 2, h_kv=1)(torch.randn(2, 1, 8), cache=c))(*_filled_cache(2)),
+     ValueError, ["holds 2 key/value heads", "h_kv=1", "(2, 2, 3, 4)"]),
+    ("a K/V group of zero heads", lambda: repeat_kv(torch.randn(1, 2, 3, 4), 0), ValueError, ["n_rep", "0"]),
+    ("a fractional number of key/value heads", lambda: kv_cache_bytes(12, 1.5, 64), TypeError, ["h_kv", "1.5"]),
     # vague messages
     ("RoPE with an odd d_head", lambda: GPT(50, 12, 4, 1, pos="rope"), ValueError, ["pos='rope'", "d_head=3"]),
     ("a prompt that leaves no room", lambda: model.generate(torch.zeros(1, 10, dtype=torch.long), 8), ValueError,
@@ -187,13 +197,14 @@ def test_numpy_integers_are_accepted_as_sizes():
 
 
 # Public names that take no input, or whose input is any object: nothing to reject.
-NO_INPUT = {"EXAMPLE", "SWAPPED", "TOY_VOCAB", "PIPELINE", "IGNORE_INDEX", "pipeline_figure", "accelerators"}
+NO_INPUT = {"EXAMPLE", "SWAPPED", "TOY_VOCAB", "PIPELINE", "IGNORE_INDEX", "pipeline_figure", "accelerators",
+            "SKIPPED", "FULL", "DIAGONAL", "CONTROLS", "MAX_T", "MAX_NUMBERS"}
 
 
 def _public_names() -> set[str]:
     names = set(attnlib.__all__)
     for module in ("text", "embedding", "position", "projections", "attention", "heads", "block", "model", "train",
-                   "plots", "costs", "reference", "runtime"):
+                   "plots", "explore", "costs", "reference", "runtime", "tiled", "batches"):
         names |= set(getattr(__import__(f"attnlib.{module}", fromlist=["__all__"]), "__all__", ()))
     return names - NO_INPUT
 
@@ -201,7 +212,9 @@ def _public_names() -> set[str]:
 def test_every_public_entry_point_has_a_bad_input_case():
     """Every public function and class appears in a bad-input case here or in the fuzz (a new one must too)."""
     used: set[str] = set()
-    for path in (pathlib.Path(__file__), pathlib.Path(__file__).with_name("test_fuzz.py")):
+    here = pathlib.Path(__file__)
+    # the further chapters' modules keep their bad-input cases beside their other tests
+    for path in [here] + [here.with_name(f"test_{name}.py") for name in ("fuzz", "explore", "tiled", "batches")]:
         used |= {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
         used |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
     missing = sorted(_public_names() - used)

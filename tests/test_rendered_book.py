@@ -715,3 +715,309 @@ def test_committed_screenshots_are_valid_pngs():
         w, h = png_size(path)
         assert 400 <= w <= 4000 and 200 <= h <= 4000, (name, w, h)
         assert f"images/{name}" in text, f"how_to_use.md does not show {name}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# No notebook output is silently dropped
+# ----------------------------------------------------------------------------------------------------------------
+
+REMOVED_CELL_TAGS = {"remove-cell", "remove_cell"}
+REMOVED_OUTPUT_TAGS = {"remove-output", "remove_output"}
+
+
+class _CellOutputs(html.parser.HTMLParser):
+    """For every rendered code cell of a page, in order: how many outputs its ``cell_output`` box shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells: list[int] = []          # per div.cell: children of its div.cell_output (0 when it has none)
+        self._stack: list[tuple[str, str]] = []   # (tag, role) of every open element
+
+    VOID = {"img", "br", "hr", "input", "meta", "link", "source", "wbr", "area", "col", "embed", "param", "track"}
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        parent = self._stack[-1][1] if self._stack else ""
+        if parent == "output-box":
+            self.cells[-1] += 1
+        role = ("cell" if tag == "div" and "cell" in classes and "docutils" in classes else
+                "output-box" if tag == "div" and "cell_output" in classes else "")
+        if role == "cell":
+            self.cells.append(0)
+        if tag not in self.VOID:
+            self._stack.append((tag, role))
+
+    def handle_startendtag(self, tag, attrs):
+        if self._stack and self._stack[-1][1] == "output-box":
+            self.cells[-1] += 1
+
+    def handle_endtag(self, tag):
+        for k in range(len(self._stack) - 1, -1, -1):
+            if self._stack[k][0] == tag:
+                del self._stack[k:]
+                break
+
+
+def _notebook_outputs(path: pathlib.Path) -> list[tuple[str, list[dict]]]:
+    """(cell id, outputs as the book renders them) for every code cell the page shows, in order."""
+    import copy
+
+    import nbformat
+    from myst_nb.core.utils import coalesce_streams
+
+    merge = config().get("sphinx", {}).get("config", {}).get("nb_merge_streams", False)
+    nb = nbformat.read(path, as_version=4)
+    cells = []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type != "code" or tags & REMOVED_CELL_TAGS:
+            continue
+        outputs = [] if tags & REMOVED_OUTPUT_TAGS else copy.deepcopy(cell.get("outputs", []))
+        outputs = [o for o in outputs if not (o.get("output_type") == "stream" and
+                                             f"remove-{o.get('name')}" in tags)]
+        cells.append((cell.get("id", "?"), coalesce_streams(outputs) if merge else outputs))
+    return cells
+
+
+def test_every_notebook_output_has_a_renderable_type():
+    """myst-nb silently skips a display output of a MIME type it does not know: none may have only such types."""
+    from myst_nb.core.render import base_render_priority
+
+    known = base_render_priority()["html"]
+    dropped = []
+    for doc in TOC_PAGES:
+        path = ROOT / f"{doc}.ipynb"
+        if not path.is_file():
+            continue
+        for cell_id, outputs in _notebook_outputs(path):
+            for out in outputs:
+                if out["output_type"] in ("display_data", "execute_result"):
+                    mimes = sorted(out.get("data", {}))
+                    if not any(known.get(m) is not None for m in mimes):
+                        dropped.append(f"{doc}, cell {cell_id}: {mimes}")
+    assert not dropped, "outputs that the HTML book would drop (no MIME type myst-nb renders):\n" + "\n".join(
+        dropped)
+
+
+def test_no_notebook_output_is_dropped_from_the_rendered_page(build):
+    """Every rendered code cell shows at least as many outputs as its notebook cell holds (streams merged as the
+    book merges them); cells without outputs show none."""
+    problems = []
+    checked = 0
+    for doc in TOC_PAGES:
+        path = ROOT / f"{doc}.ipynb"
+        if not path.is_file():
+            continue
+        page = build.html / f"{doc}.html"
+        if not page.is_file():
+            problems.append(f"{doc}: no page was written")
+            continue
+        parser = _CellOutputs()
+        parser.feed(page.read_text(encoding="utf-8"))
+        cells = _notebook_outputs(path)
+        if len(parser.cells) != len(cells):
+            problems.append(f"{doc}: {len(cells)} code cells in the notebook, {len(parser.cells)} on the page")
+            continue
+        for (cell_id, outputs), shown in zip(cells, parser.cells):
+            checked += 1
+            if shown < len(outputs) or (shown > 0) != (len(outputs) > 0):
+                problems.append(f"{doc}, cell {cell_id}: {len(outputs)} output(s) in the notebook "
+                                f"({[o['output_type'] for o in outputs]}), {shown} shown on the page")
+    assert checked > 100, f"only {checked} code cells compared: did the page structure change?"
+    assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Interactive attention figures (attnlib.explore)
+# ----------------------------------------------------------------------------------------------------------------
+
+EXPLORE_CHAPTERS = ["book/03_scaling", "book/04_mask", "book/05_softmax", "book/06_multi_head", "book/08_stack"]
+READOUT = re.compile(r"query (\d+):.* \u2192 key (\d+):.*: (?:weight (\d\.\d{3})|masked)")
+HOVER_LINE_JS = "(f) => f.querySelectorAll('.ax-lines line').length"
+
+
+def _figures_in(build, doc: str) -> int:
+    return (build.html / f"{doc}.html").read_text(encoding="utf-8").count('<div class="attnlib-explore">')
+
+
+def test_chapters_3_to_8_hold_at_least_five_interactive_figures(build):
+    counts = {doc: _figures_in(build, doc) for doc in EXPLORE_CHAPTERS if (build.html / f"{doc}.html").is_file()}
+    assert sum(counts.values()) >= 5, counts
+    assert all(counts.values()), f"chapters without their interactive figure: {counts}"
+
+
+def _expected_weights(data: dict, layer: int, head: int, scaled: bool, causal: bool, tau: float):
+    """P (T, T) from the scores in the page, through the library: softmax(scale(S, d_k) / τ + M)."""
+    import torch
+
+    from attnlib import causal_mask, scale, softmax
+
+    S = torch.tensor(data["S"][layer][head], dtype=torch.float64)
+    if scaled:
+        S = scale(S, data["d_k"])
+    S = S / tau
+    if causal:
+        S = S + causal_mask(S.shape[-1], dtype=S.dtype)
+    return softmax(S)
+
+
+def _check_cells(page, fig, data, state, cells) -> int:
+    """Hover each (i, j) cell and compare the weight the figure shows with the library's. Returns the count."""
+    P = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"], state["tau"])
+    for i, j in cells:
+        fig.locator(f"rect.ax-cell[data-i='{i}'][data-j='{j}']").hover(timeout=5_000)
+        text = fig.locator(".ax-readout").inner_text()
+        m = READOUT.search(text)
+        assert m and (int(m.group(1)), int(m.group(2))) == (i, j), f"cell ({i}, {j}): readout {text!r}"
+        if state["causal"] and j > i:
+            assert m.group(3) is None and "masked" in text, f"cell ({i}, {j}) is in the future: {text!r}"
+            assert float(P[i, j]) == 0.0
+        else:
+            assert m.group(3) is not None, text
+            assert abs(float(m.group(3)) - float(P[i, j])) <= 5e-4 + 1e-9, (
+                f"{state}: cell ({i}, {j}) shows {m.group(3)}, the library gives {float(P[i, j]):.6f}")
+    return len(cells)
+
+
+def _check_lines(fig, data, state, queries) -> None:
+    """Hover each query token: one line per key with a weight above 0."""
+    P = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"], state["tau"])
+    for i in queries:
+        fig.locator(f"text.ax-query[data-i='{i}']").hover(timeout=5_000)
+        drawn = fig.evaluate(HOVER_LINE_JS)
+        want = int((P[i] > 0).sum())
+        assert drawn == want, f"{state}: query {i} draws {drawn} lines, expected {want} (keys it reads)"
+        if state["causal"]:
+            assert drawn == i + 1
+
+
+def _relative_luminance(rgb: str) -> float:
+    r, g, b = (int(v) / 255 for v in re.findall(r"\d+(?:\.\d+)?", rgb)[:3])
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(fg: str, bg: str) -> float:
+    a, b = sorted((_relative_luminance(fg), _relative_luminance(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", [d for d in EXPLORE_CHAPTERS if d in TOC_PAGES])
+def test_interactive_figures_compute_the_library_weights(site, browser, build, doc):
+    """Drive every figure of the page: hover cells and tokens, every layer and head, every switch, the slider;
+    the shown weights equal the library's to the 3 printed decimals; nothing leaves the page, no console error;
+    the figure stays legible in the dark theme."""
+    if not _figures_in(build, doc):
+        pytest.fail(f"{doc} has no interactive attention figure")
+    import json
+
+    outside: list[str] = []
+    errors: list[str] = []
+    context, page = new_page(browser, site, outside)
+    try:
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
+        figures = page.locator("div.attnlib-explore")
+        hovered = 0
+        for n in range(figures.count()):
+            fig = figures.nth(n)
+            fig.scroll_into_view_if_needed()
+            assert fig.get_attribute("data-ax-ready") == "1", f"{doc}: figure {n} was not drawn by its script"
+            assert fig.locator(".ax-fallback").count() == 0, f"{doc}: figure {n} still shows its fallback text"
+            data = json.loads(fig.locator('script[type="application/json"]').text_content())
+            T, s0 = data["T"], data["state"]
+            state = {"layer": s0["layer"], "head": s0["head"], "scaled": s0["scaled"], "causal": s0["causal"],
+                     "tau": s0["temperature"]}
+            assert fig.locator("rect.ax-cell").count() == T * T
+            cells = sorted({(T - 1, 0), (T - 1, T - 1), (T // 2, T // 3), (T - 1, T // 2), (1, 0), (0, T - 1),
+                            (T // 2, T - 1)})
+            queries = sorted({0, T // 2, T - 1})
+            hovered += _check_cells(page, fig, data, state, cells)
+            _check_lines(fig, data, state, queries)
+            if data["L"] > 1 or data["h"] > 1:                        # every layer and head
+                for layer in range(data["L"]):
+                    for head in range(data["h"]):
+                        if data["L"] > 1:
+                            fig.locator("select.ax-layer").select_option(str(layer))
+                        if data["h"] > 1:
+                            fig.locator("select.ax-head").select_option(str(head))
+                        state.update(layer=layer, head=head)
+                        hovered += _check_cells(page, fig, data, state, cells[:3])
+                _check_lines(fig, data, state, queries)
+            if data["controls"]["scale"]:
+                fig.locator("input.ax-scale").click()
+                state["scaled"] = not state["scaled"]
+                hovered += _check_cells(page, fig, data, state, cells)
+                P = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"],
+                                      state["tau"])
+                fig.locator("input.ax-scale").click()
+                state["scaled"] = not state["scaled"]
+                P_back = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"],
+                                           state["tau"])
+                assert (P.max(-1).values > P_back.max(-1).values + 1e-3).any(), "the switch changes nothing"
+                hovered += _check_cells(page, fig, data, state, cells[:2])
+            if data["controls"]["mask"]:
+                fig.locator("input.ax-mask").click()
+                state["causal"] = not state["causal"]
+                hovered += _check_cells(page, fig, data, state, cells)
+                _check_lines(fig, data, state, queries)
+                if not state["causal"]:                                 # the leak: weight above the diagonal
+                    fig.locator(f"rect.ax-cell[data-i='0'][data-j='{T - 1}']").hover()
+                    shown = READOUT.search(fig.locator(".ax-readout").inner_text())
+                    assert shown and shown.group(3) and float(shown.group(3)) > 0
+                fig.locator("input.ax-mask").click()
+                state["causal"] = not state["causal"]
+                hovered += _check_cells(page, fig, data, state, cells[:2])
+            if data["controls"]["temperature"]:
+                for tau in ("0.5", "2", "4", "1"):
+                    fig.locator("input.ax-temp").evaluate(
+                        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", tau)
+                    state["tau"] = float(tau)
+                    assert fig.locator(".ax-temp-value").inner_text() == f"{float(tau):.2f}"
+                    hovered += _check_cells(page, fig, data, state, cells)
+                    _check_lines(fig, data, state, queries[-1:])
+            # the dark theme: the figure's text keeps a readable contrast with its own background
+            page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+            colours = fig.evaluate("""(f) => {
+                const t = f.querySelector('svg text'), r = f.querySelector('.ax-readout');
+                return {bg: getComputedStyle(f).backgroundColor, svgText: getComputedStyle(t).fill,
+                        readout: getComputedStyle(r).color, label: getComputedStyle(f).color};
+            }""")
+            for what in ("svgText", "readout", "label"):
+                ratio = _contrast(colours[what], colours["bg"])
+                assert ratio >= 4.5, f"{doc}: figure {n}, dark theme: {what} {colours[what]} on {colours['bg']} " \
+                                     f"has contrast {ratio:.1f} < 4.5"
+            page.evaluate("() => { document.documentElement.dataset.theme = 'light'; }")
+        page.wait_for_timeout(100)
+    finally:
+        context.close()
+    assert hovered >= 10
+    assert not outside, f"{doc}: requests to other hosts during the interaction: {outside}"
+    assert not errors, f"{doc}: console errors during the interaction:\n" + "\n".join(errors)
+
+
+@browser_test
+def test_interactive_figures_without_scripts_show_how_to_bring_them_to_life(site, browser, build):
+    """Where scripts do not run (a notebook that is not trusted), each figure says so instead of staying blank."""
+    docs = [d for d in EXPLORE_CHAPTERS if d in TOC_PAGES and _figures_in(build, d)]
+    if not docs:
+        pytest.fail("no page holds an interactive attention figure")
+    context = browser.new_context(java_script_enabled=False, service_workers="block")
+    outside: list[str] = []
+    context.route("**/*", lambda r: r.continue_() if _is_local(r.request.url, site)
+                  else (outside.append(r.request.url), r.abort()))
+    try:
+        page = context.new_page()
+        page.goto(site + f"{docs[0]}.html", wait_until="load", timeout=30_000)
+        figures = page.locator("div.attnlib-explore")
+        assert figures.count() == _figures_in(build, docs[0])
+        for n in range(figures.count()):
+            note = figures.nth(n).locator(".ax-fallback")
+            assert note.count() == 1 and note.is_visible(), f"{docs[0]}: figure {n} shows no fallback text"
+            assert "run this cell or trust the notebook" in note.inner_text()
+            assert figures.nth(n).locator("svg").count() == 0
+    finally:
+        context.close()
+    assert not outside, outside

@@ -1,18 +1,34 @@
 """attnlib: the one implementation of causal self-attention that every chapter of the course imports.
 
 Modules follow the chapters: text → embedding, position → projections → attention (scores, scaling,
-mask, softmax, weights·V) → heads → block → model, with train, plots, reference and checks beside them.
+mask, softmax, weights·V) → heads → block → model, with train, plots, explore, reference and checks beside
+them; then the further chapters: tiled (9), grouped K/V heads in heads (10), batches (11).
 """
 
-from .attention import SingleHeadAttention, attend, attention, attention_weights, causal_mask, scale, scores, softmax
+from .attention import (
+                        SingleHeadAttention,
+                        attend,
+                        attention,
+                        attention_weights,
+                        causal_mask,
+                        combine_masks,
+                        padding_mask,
+                        scale,
+                        scores,
+                        sliding_window_mask,
+                        softmax,
+)
+from .batches import pad_prompts, position_ids
 from .block import MLP, Block
 from .embedding import TokenEmbedding, one_hot_embedding, running_X0
-from .heads import KVCache, MultiHeadAttention, merge_heads, split_heads
+from .explore import explore, model_scores
+from .heads import KVCache, MultiHeadAttention, merge_heads, repeat_kv, split_heads
 from .model import GPT
 from .position import LearnedPositions, apply_rope, rope_angles, sinusoidal_positions
 from .projections import FusedProjections, Projections, project
 from .runtime import pick_device, seed_everything, setup, show_source
 from .text import EXAMPLE, SWAPPED, CharTokenizer, ToyTokenizer, example_ids, load_text
+from .tiled import online_softmax, online_softmax_step, tile_plan, tiled_attention
 
 __version__ = "0.1.0"
 
@@ -26,4 +42,8 @@ __all__ = [
     "SingleHeadAttention",
     "split_heads", "merge_heads", "KVCache", "MultiHeadAttention",
     "MLP", "Block", "GPT",
+    "explore", "model_scores",
+    "online_softmax_step", "online_softmax", "tile_plan", "tiled_attention",
+    "repeat_kv",
+    "padding_mask", "sliding_window_mask", "combine_masks", "pad_prompts", "position_ids",
 ]

@@ -25,7 +25,8 @@ __all__ = [
     "check_tensor", "check_shape", "check_same", "check_like", "check_input", "check_batch", "check_divisible",
     "check_positive", "check_nonnegative", "check_number", "check_flags", "check_choice", "check_callable",
     "check_device", "check_dtype", "check_ids", "check_id_list", "check_targets", "check_pieces", "check_labels",
-    "check_cache", "check_caches", "check_axis",
+    "check_cache", "check_caches", "check_axis", "check_kv_heads",
+    "check_is_pad", "check_mask", "check_positions",
 ]
 
 
@@ -330,10 +331,12 @@ def check_labels(tokens, T: int | None, name: str = "tokens") -> list[str]:
 
 
 def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | None = None,
-                d_head: int | None = None, like: torch.Tensor | None = None) -> int:
-    """A KV cache: K and V (B, h, T_past, d_head), both set or both None, of one shape, dtype and device.
+                d_head: int | None = None, like: torch.Tensor | None = None, h_query: int | None = None) -> int:
+    """A KV cache: K and V (B, h_kv, T_past, d_head), both set or both None, of one shape, dtype and device.
 
-    The keyword arguments pin what the layer that extends it will append (``like``: its dtype and device).
+    The keyword arguments pin what the layer that extends it will append (``like``: its dtype and device);
+    ``h`` is the number of key/value heads the cache holds, h_kv (equal to the query heads h unless the
+    layer groups its queries, chapter 10); ``h_query``, the layer's query heads, only words the message.
     Returns T_past (0 for an empty cache).
     """
     if not (hasattr(cache, "K") and hasattr(cache, "V") and hasattr(cache, "extend")):
@@ -345,9 +348,14 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
         raise ValueError(f"{name} holds {'V' if K is None else 'K'} but not {'K' if K is None else 'V'}: "
                          "set both or neither")
     spec = "(" + ", ".join(n if v is None else f"{n}={v}" for n, v in
-                           (("B", B), ("h", h), ("T_past", None), ("d_head", d_head))) + ")"
+                           (("B", B), ("h_kv", h), ("T_past", None), ("d_head", d_head))) + ")"
     for t, part in ((K, "K"), (V, "V")):
         check_tensor(t, f"{name}.{part}")
+        if t.dim() == 4 and h is not None and t.shape[1] != h:
+            of = "" if h_query is None else f" (for h={h_query} query heads)"
+            raise ValueError(f"{name}.{part} holds {t.shape[1]} key/value heads, but this layer has h_kv={h}{of}: "
+                             f"expected {spec}, got {tuple(t.shape)}; a cache keeps one K and V per key/value "
+                             "head and belongs to one layer")
         if not (t.dim() == 4 and all(v is None or t.shape[k] == v for k, v in ((0, B), (1, h), (3, d_head)))):
             raise ValueError(f"{name}.{part} must be {spec}, got {tuple(t.shape)}; "
                              "a cache belongs to one layer and one batch")
@@ -355,7 +363,7 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
             raise TypeError(f"{name}.{part} must hold floating-point numbers, got dtype {t.dtype}")
     check_same(K, V, f"{name}.K", f"{name}.V")
     if K.shape != V.shape:
-        raise ValueError(f"{name}.K and {name}.V must have one shape (B, h, T_past, d_head), got {tuple(K.shape)} "
+        raise ValueError(f"{name}.K and {name}.V must have one shape (B, h_kv, T_past, d_head), got {tuple(K.shape)} "
                          f"and {tuple(V.shape)}")
     if like is not None:
         if K.device != like.device:
@@ -365,8 +373,12 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
     return K.shape[2]
 
 
-def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Tensor) -> int:
-    """One KV cache per block, all distinct and of one length; returns that length T_past."""
+def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Tensor,
+                 h_query: int | None = None) -> int:
+    """One KV cache per block, all distinct and of one length; returns that length T_past.
+
+    ``h`` is the number of key/value heads each cache holds (h_kv; ``h_query``: see :func:`check_cache`).
+    """
     if not isinstance(caches, (list, tuple)):
         raise TypeError(f"caches must be a list of one KVCache per block (L={L}), got {type(caches).__name__}")
     if len(caches) != L:
@@ -376,7 +388,8 @@ def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Ten
             if caches[m] is c:
                 raise ValueError(f"caches[{l}] is the same object as caches[{m}]; each block needs its own "
                                  "cache: [KVCache() for _ in model.blocks]")
-    lengths = [check_cache(c, f"caches[{l}]", B=B, h=h, d_head=d_head, like=like) for l, c in enumerate(caches)]
+    lengths = [check_cache(c, f"caches[{l}]", B=B, h=h, d_head=d_head, like=like, h_query=h_query)
+               for l, c in enumerate(caches)]
     if len(set(lengths)) > 1:
         raise ValueError(f"every block's cache must hold the same positions, got lengths {lengths} for "
                          f"caches[0..{L - 1}]")
@@ -393,3 +406,98 @@ def check_axis(dim, x: torch.Tensor, name: str) -> int:
     if x.shape[dim] == 0:
         raise ValueError(f"{name} has an empty axis dim={dim}, shape {tuple(x.shape)}: expected at least one entry")
     return dim
+
+
+# ------------------------------------------------------------------------------ grouped-query heads (heads.py)
+
+
+def check_kv_heads(h: int, h_kv) -> int:
+    """h_kv key/value heads for h query heads: None means h_kv = h; else 1 ≤ h_kv ≤ h and h_kv divides h."""
+    h, = check_positive(h=h)
+    if h_kv is None:
+        return h
+    h_kv = _integer(h_kv, "h_kv", "a positive integer (or None for h_kv = h)")
+    if h_kv < 1:
+        raise ValueError(f"h_kv must be a positive integer (at least one key/value head), got h_kv={h_kv}")
+    if h_kv > h:
+        raise ValueError(f"h_kv={h_kv} key/value heads is more than the h={h} query heads: expected "
+                         f"1 ≤ h_kv ≤ h")
+    if h % h_kv:
+        raise ValueError(f"h={h} is not divisible by h_kv={h_kv}: each key/value head serves a group of "
+                         "h / h_kv query heads")
+    return h_kv
+
+
+# ------------------------------------------------------------------------------------------ padding and masks
+# (attention.py, batches.py and model.py: batches of prompts of different lengths)
+
+
+def check_is_pad(is_pad, name: str = "is_pad", *, B: int | None = None, T: int | None = None) -> torch.Tensor:
+    """A boolean (B, T) tensor, True at a padding token; ``B``, ``T`` pin the sizes where given."""
+    check_tensor(is_pad, name)
+    if is_pad.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor (True = padding token), got dtype {is_pad.dtype}; "
+                        f"from an attention_mask with 1 = real token use attention_mask == 0")
+    spec = f"(B{'' if B is None else f'={B}'}, T{'' if T is None else f'={T}'})"
+    got = tuple(is_pad.shape)
+    if is_pad.dim() != 2 or (B is not None and got[0] != B) or (T is not None and got[1] != T):
+        raise ValueError(f"{name} must be {spec}, one flag per token, got {got}")
+    if got[1] == 0:
+        raise ValueError(f"{name} is an empty sequence: T must be at least 1, got shape {got}")
+    return is_pad
+
+
+def check_mask(mask, shape, name: str = "mask", *, like: torch.Tensor | None = None,
+               free_batch: bool = False) -> torch.Tensor:
+    """A boolean mask (True = may attend) that broadcasts to ``shape`` (..., T_q, T_k) without enlarging it.
+
+    ``free_batch``: only the last two axes of ``shape`` are pinned, the mask may have any leading axes.
+    ``like``: the scores' device.
+    """
+    check_tensor(mask, name)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
+                        "a float mask M (0 / -inf) is added to the scores instead")
+    shape = tuple(shape)
+    if free_batch:
+        shape = tuple(mask.shape[:-2]) + shape[-2:]
+    try:
+        fits = mask.dim() <= len(shape) and torch.broadcast_shapes(mask.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} must broadcast to {shape} (..., T_q, T_k) with axes of size 1 or equal, "
+                         f"got {tuple(mask.shape)}")
+    if like is not None and mask.device != like.device:
+        raise ValueError(f"{name} is on {mask.device} but the scores are on {like.device}; move both to one "
+                         "device")
+    return mask
+
+
+# ------------------------------------------------------------------------------------------ running statistics
+# (tiled.py: the online softmax keeps one running max and one running sum per row of scores)
+
+
+def check_row_stats(x, name: str, S: torch.Tensor, S_name: str = "S") -> torch.Tensor:
+    """One number per row of ``S`` (..., n): ``x`` must be (...,) = S.shape[:-1], with S's dtype and device."""
+    check_tensor(x, name)
+    want = tuple(S.shape[:-1])
+    if tuple(x.shape) != want:
+        raise ValueError(f"{name} must hold one number per row of {S_name}, shape {want} (the shape of {S_name} "
+                         f"{tuple(S.shape)} without its last axis), got {tuple(x.shape)}")
+    check_same(S, x, S_name, name)
+    return x
+
+
+def check_positions(positions, T: int, *, batch: int | None, name: str = "positions") -> torch.Tensor:
+    """Integer positions ≥ 0 of shape (T,) or (B, T) (B pinned by ``batch`` where given)."""
+    check_tensor(positions, name)
+    if positions.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {positions.dtype}")
+    got = tuple(positions.shape)
+    if positions.dim() not in (1, 2) or got[-1] != T or (positions.dim() == 2 and batch not in (None, got[0])):
+        B = "B" if batch is None else f"B={batch}"
+        raise ValueError(f"{name} must be (T={T},) or ({B}, T={T}), one position per row of x, got {got}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"{name} must be integers ≥ 0, got {int(positions.min())}")
+    return positions

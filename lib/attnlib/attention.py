@@ -19,6 +19,8 @@ from ._validate import (
     check_dtype,
     check_flags,
     check_input,
+    check_is_pad,
+    check_mask,
     check_positive,
     check_same,
     check_shape,
@@ -27,7 +29,7 @@ from .projections import Projections
 
 __all__ = [
     "scores", "scale", "causal_mask", "softmax", "attention_weights", "attend", "attention",
-    "SingleHeadAttention",
+    "SingleHeadAttention", "padding_mask", "sliding_window_mask", "combine_masks",
 ]
 
 
@@ -70,6 +72,55 @@ def causal_mask(T_q: int, T_k: int | None = None, *, dtype=torch.float32, device
     return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(future, float("-inf"))
 
 
+def padding_mask(is_pad: torch.Tensor) -> torch.Tensor:
+    """is_pad (B, T), True at a padding token → boolean mask (B, 1, 1, T), **True where key j may be read**.
+
+    The two axes of size 1 broadcast over the h heads and the T_q queries: padding is never *read*, by any
+    query of its own sequence. (A padding query itself still computes something; nobody uses it.)
+    """
+    is_pad = check_is_pad(is_pad)
+    return ~is_pad[:, None, None, :]
+
+
+def sliding_window_mask(T_q: int, T_k: int | None = None, *, window: int, dtype=torch.float32,
+                        device=None) -> torch.Tensor:
+    """The causal mask with a window: query i reads only keys i − window + 1 … i (``window`` keys at most).
+
+    Same conventions as :func:`causal_mask`: float 0 / −inf by default, ``dtype=torch.bool`` gives True where
+    query i may attend to key j. With T_k > T_q the queries are the last T_q positions.
+    """
+    T_k = T_q if T_k is None else T_k
+    T_q, T_k, window = check_positive(T_q=T_q, T_k=T_k, window=window)
+    dtype = check_dtype(dtype, allow_bool=True)
+    device = None if device is None else check_device(device)
+    if T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    i = torch.arange(T_k - T_q, T_k, device=device)[:, None]    # absolute position of each query
+    j = torch.arange(T_k, device=device)[None, :]
+    allowed = (j <= i) & (j > i - window)                        # (T_q, T_k)
+    if dtype == torch.bool:
+        return allowed
+    return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+
+def combine_masks(mask: torch.Tensor | None, T_q: int, T_k: int, *, causal: bool = True,
+                  device=None) -> torch.Tensor:
+    """True where query i may read key j: ``mask`` (boolean, True = may attend) AND the causal mask.
+
+    ``mask`` broadcasts to (..., T_q, T_k): a padding mask (B, 1, 1, T_k) AND causal (T_q, T_k) gives
+    (B, 1, T_q, T_k), the same for every head. ``mask=None`` gives the causal mask alone (all True if not
+    ``causal``).
+    """
+    T_q, T_k = check_positive(T_q=T_q, T_k=T_k)
+    causal, = check_flags(causal=causal)
+    if mask is not None:
+        check_mask(mask, (T_q, T_k), free_batch=True)
+        device = mask.device
+    allowed = (causal_mask(T_q, T_k, dtype=torch.bool, device=device) if causal
+               else torch.ones(T_q, T_k, dtype=torch.bool, device=device))
+    return allowed if mask is None else mask & allowed
+
+
 def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Stable softmax: subtract the row maximum first, so exp never overflows. Rows of −inf give NaN."""
     check_shape(S, "S", "...")
@@ -80,10 +131,21 @@ def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """P = softmax(Q Kᵀ / √d_k + M) of shape (..., T_q, T_k); every row sums to 1."""
+def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True, *,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """P = softmax(Q Kᵀ / √d_k + M) of shape (..., T_q, T_k); every row sums to 1.
+
+    ``mask`` (boolean, True = may attend, broadcasting to (..., T_q, T_k) without enlarging it) blocks more
+    keys, on top of the causal mask. A row left with no key to read gets all-zero weights instead of NaN.
+    (With ``mask`` the blocked scores are overwritten with −inf, so a NaN score there is dropped.)
+    """
     causal, = check_flags(causal=causal)
     S = scale(scores(Q, K), Q.shape[-1])
+    if mask is not None:
+        check_mask(mask, S.shape, like=S)
+        allowed = combine_masks(mask, S.shape[-2], S.shape[-1], causal=causal)
+        P = softmax(S.masked_fill(~allowed, float("-inf")))
+        return P.masked_fill(~allowed.any(-1, keepdim=True), 0.0)    # nothing to read: 0, not 0/0
     if causal:
         S = S + causal_mask(S.shape[-2], S.shape[-1], dtype=S.dtype, device=S.device)
     return softmax(S)
@@ -99,8 +161,11 @@ def attend(P: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     return P @ V
 
 
-def attention(Q, K, V, causal: bool = True, return_weights: bool = False):
+def attention(Q, K, V, causal: bool = True, return_weights: bool = False, *, mask=None):
     """softmax(Q Kᵀ / √d_k + M) V, written out step by step. Returns (..., T_q, d_v) [, weights].
+
+    ``mask``: optional boolean (..., T_q, T_k), True = may attend, ANDed with the causal mask (see
+    :func:`attention_weights`); a query with nothing to read outputs zeros.
 
     Q, K (..., T_q or T_k, d_k) and V (..., T_k, d_v) must share their batch axes (nothing is broadcast).
     NaN or ±inf in Q, K or V are not looked for, and the mask does not stop them: a NaN score in a masked
@@ -108,7 +173,7 @@ def attention(Q, K, V, causal: bool = True, return_weights: bool = False):
     scaled_dot_product_attention does the same).
     """
     return_weights, = check_flags(return_weights=return_weights)
-    P = attention_weights(Q, K, causal)
+    P = attention_weights(Q, K, causal, mask=mask)
     out = attend(P, V)
     return (out, P) if return_weights else out
 

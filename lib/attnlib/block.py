@@ -43,12 +43,13 @@ class Block(nn.Module):
     """Attention and MLP sublayers, each with a residual addition: x (B, T, d_model) → (B, T, d_model).
 
     ``bias=False`` removes every bias (projections, MLP, LayerNorm shifts); ``eps`` is both LayerNorms' ε;
-    ``gelu`` is the MLP's GELU flavour ("exact" or "tanh").
+    ``gelu`` is the MLP's GELU flavour ("exact" or "tanh"); ``h_kv`` the attention's key/value heads
+    (default h; chapter 10).
     """
 
     def __init__(self, d_model: int, h: int, d_ff: int | None = None, *, norm: str = "pre",
                  rope: bool = False, backend: str = "sdpa", bias: bool = True, gelu: str = "exact",
-                 eps: float = 1e-5):
+                 eps: float = 1e-5, h_kv: int | None = None):
         super().__init__()
         d_model, = check_positive(d_model=d_model)
         norm = check_choice(norm, "norm", ("pre", "post"))
@@ -56,15 +57,18 @@ class Block(nn.Module):
         eps = check_number(eps, "eps", above=0)
         self.norm, self.d_model = norm, d_model
         self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.attn = MultiHeadAttention(d_model, h, bias=bias, rope=rope, backend=backend)
+        self.attn = MultiHeadAttention(d_model, h, h_kv=h_kv, bias=bias, rope=rope, backend=backend)
         self.ln_2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff, bias=bias, gelu=gelu)
 
-    def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None,
+                mask: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d_model) → (B, T, d_model). ``mask`` and ``positions``: see MultiHeadAttention.forward."""
         check_input(x, "x", "B T d_model", self.ln_1.weight, d_model=self.d_model)
         x = x.contiguous()   # any memory layout gives the bits of a plain copy
+        extra = dict(cache=cache, mask=mask, positions=positions)
         if self.norm == "pre":
-            H = x + self.attn(self.ln_1(x), causal=causal, cache=cache)
+            H = x + self.attn(self.ln_1(x), causal=causal, **extra)
             return H + self.mlp(self.ln_2(H))
-        H = self.ln_1(x + self.attn(x, causal=causal, cache=cache))
+        H = self.ln_1(x + self.attn(x, causal=causal, **extra))
         return self.ln_2(H + self.mlp(H))

@@ -23,6 +23,7 @@ from ._validate import (
     check_device,
     check_divisible,
     check_flags,
+    check_kv_heads,
     check_nonnegative,
     check_positive,
 )
@@ -30,6 +31,7 @@ from ._validate import (
 __all__ = [
     "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
     "activation_elements", "count_flops", "ops_called", "sync", "time_fn", "time_interleaved", "peak_memory",
+    "attention_params", "kv_cache_bytes",
 ]
 
 
@@ -285,3 +287,34 @@ def peak_memory(fn: Callable[[], object], device=None) -> int:
     with mode:
         fn()
     return mode.peak
+
+
+# ------------------------------------------------------------------------------- grouped-query attention (ch. 10)
+
+
+def attention_params(d_model: int, h: int, h_kv: int | None = None, *, bias: bool = True) -> dict[str, int]:
+    """Parameters of one ``MultiHeadAttention(d_model, h, h_kv=h_kv)``, matrix by matrix (biases included).
+
+    W_Q and W_O are d_model × d_model; W_K and W_V are d_model × (h_kv·d_head) each, d_head = d_model / h.
+    With h_kv = h this is 4·d_model² + 4·d_model; with h_kv = 1 (multi-query) W_K and W_V shrink by h.
+    """
+    d_model, h = check_positive(d_model=d_model, h=h)
+    d_head = check_divisible(d_model, h)
+    h_kv, (bias,) = check_kv_heads(h, h_kv), check_flags(bias=bias)
+    b = 1 if bias else 0
+    d_kv = h_kv * d_head
+    p = {"W_Q": d_model * d_model + b * d_model, "W_K": d_model * d_kv + b * d_kv,
+         "W_V": d_model * d_kv + b * d_kv, "W_O": d_model * d_model + b * d_model}
+    p["attention"] = sum(p.values())
+    return p
+
+
+def kv_cache_bytes(L: int, h_kv: int, d_head: int, *, bytes_per_number: int = 2) -> int:
+    """Bytes of KV cache one token adds to a model of L layers: 2 (K and V) · L · h_kv · d_head numbers.
+
+    ``bytes_per_number``: 2 for float16 / bfloat16 (the default), 4 for float32. Multiply by T and B for a
+    whole cache; the number of query heads h does not appear.
+    """
+    L, h_kv, d_head, bytes_per_number = check_positive(L=L, h_kv=h_kv, d_head=d_head,
+                                                       bytes_per_number=bytes_per_number)
+    return 2 * L * h_kv * d_head * bytes_per_number

@@ -69,9 +69,10 @@ def _check_pair(gpt, hf) -> None:
     ours = (gpt.config.vocab_size, gpt.d_model, gpt.config.h, len(gpt.blocks), gpt.max_T,
             gpt.blocks[0].mlp.d_ff)
     theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
-    if ours != theirs or gpt.pos != "learned":
-        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff) and "
-                         f"learned positions: GPT has {ours}, pos={gpt.pos!r}; GPT-2 has {theirs}")
+    if ours != theirs or gpt.pos != "learned" or gpt.blocks[0].attn.h_kv != gpt.config.h:
+        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
+                         f"learned positions and h_kv = h: GPT has {ours}, pos={gpt.pos!r}, "
+                         f"h_kv={gpt.blocks[0].attn.h_kv}; GPT-2 has {theirs}")
 
 
 def _tied(hf) -> bool:
@@ -109,10 +110,10 @@ def from_gpt2(hf_model) -> GPT:
 def to_gpt2(gpt: GPT):
     """A ``transformers.GPT2LMHeadModel`` with the weights of ``gpt``, in eval mode, same dtype and device.
 
-    ``gpt`` must have GPT-2's shape: learned positions, Pre-Norm, causal, biases. Its GELU flavour, ε and
-    head tying are carried over (an untied head gives ``tie_word_embeddings=False``).
+    ``gpt`` must have GPT-2's shape: learned positions, Pre-Norm, causal, biases, and as many key/value heads
+    as query heads (h_kv = h: GPT-2 has no grouped-query attention). Its GELU flavour, ε and head tying are
+    carried over (an untied head gives ``tie_word_embeddings=False``).
     """
-    GPT2Config, GPT2LMHeadModel = _gpt2_classes()
     if not isinstance(gpt, GPT):
         raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
     cfg = gpt.config
@@ -120,6 +121,11 @@ def to_gpt2(gpt: GPT):
     for name, want in wanted.items():
         if getattr(cfg, name) != want:
             raise ValueError(f"GPT-2 has {name}={want!r}; this model has {name}={getattr(cfg, name)!r}")
+    h_kv = gpt.blocks[0].attn.h_kv
+    if h_kv != cfg.h:
+        raise ValueError(f"GPT-2 has one key/value head per query head (h_kv = h = {cfg.h}); this model has "
+                         f"h_kv={h_kv} key/value heads for h={cfg.h} query heads (grouped-query attention)")
+    GPT2Config, GPT2LMHeadModel = _gpt2_classes()
     d_ff = gpt.blocks[0].mlp.d_ff
     last = cfg.vocab_size - 1   # GPT-2's bos/eos id is its last token; keep it inside this vocabulary
     config = GPT2Config(

@@ -3,6 +3,10 @@
 h heads, each with its own slice of W_Q, W_K, W_V (d_head = d_model / h columns each). One fused
 (d_model → 3·d_model) product computes all of them at once; reshape to (B, T, h, d_head) and transpose
 to (B, h, T, d_head) put every head in its own batch entry. Outputs are concatenated and projected by W_O.
+
+Chapter 10: grouped-query attention. With ``h_kv`` < h key/value heads, W_K and W_V have only h_kv·d_head
+columns each and every K/V head serves a group of h / h_kv consecutive query heads (h_kv = 1: multi-query
+attention). The KV cache keeps the h_kv heads; :func:`repeat_kv` expands them for the h query heads.
 """
 
 from __future__ import annotations
@@ -19,15 +23,18 @@ from ._validate import (
     check_divisible,
     check_flags,
     check_input,
+    check_kv_heads,
+    check_mask,
     check_nonnegative,
+    check_positions,
     check_positive,
     check_same,
     check_shape,
 )
-from .attention import attention, causal_mask
+from .attention import attention, causal_mask, combine_masks
 from .position import apply_rope
 
-__all__ = ["split_heads", "merge_heads", "KVCache", "MultiHeadAttention"]
+__all__ = ["split_heads", "merge_heads", "repeat_kv", "KVCache", "MultiHeadAttention"]
 
 
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -43,9 +50,25 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(d["B"], d["T"], d["h"] * d["d_head"])
 
 
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, h_kv, T, d_head) → (B, h_kv·n_rep, T, d_head): each K or V head repeated n_rep times in a row.
+
+    Heads 0, 0, …, 1, 1, …: key/value head j serves query heads j·n_rep … (j+1)·n_rep − 1, the same as
+    ``x.repeat_interleave(n_rep, dim=1)``. With n_rep = 1 it returns x itself.
+    """
+    d = check_shape(x, "x", "B h_kv T d_head")
+    n_rep, = check_positive(n_rep=n_rep)
+    if n_rep == 1:
+        return x
+    x = x[:, :, None].expand(d["B"], d["h_kv"], n_rep, d["T"], d["d_head"])   # (B, h_kv, n_rep, T, d_head)
+    return x.reshape(d["B"], d["h_kv"] * n_rep, d["T"], d["d_head"])
+
+
 @dataclass
 class KVCache:
-    """K and V of the positions seen so far, each (B, h, T_past, d_head); filled by one layer during generation.
+    """K and V of the positions seen so far, each (B, h_kv, T_past, d_head); filled by one layer during generation.
+
+    It keeps the layer's h_kv key/value heads (h_kv = h unless the layer groups its queries, chapter 10).
 
     A cache belongs to one layer and one batch: every block gets its own, ``[KVCache() for _ in model.blocks]``.
     """
@@ -60,8 +83,8 @@ class KVCache:
         return 0 if self.K is None else self.K.shape[-2]
 
     def extend(self, K_new: torch.Tensor, V_new: torch.Tensor):
-        """Append the new positions' K and V and return the full (B, h, T_past + T_new, d_head) tensors."""
-        d = check_shape(K_new, "K_new", "B h T_new d_head")
+        """Append the new positions' K and V and return the full (B, h_kv, T_past + T_new, d_head) tensors."""
+        d = check_shape(K_new, "K_new", "B h T_new d_head")   # h here: the layer's h_kv key/value heads
         check_shape(V_new, "V_new", "B h T_new d_head", **d)
         check_same(K_new, V_new, "K_new", "V_new")
         check_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
@@ -76,49 +99,69 @@ class MultiHeadAttention(nn.Module):
     ``backend="sdpa"`` calls ``torch.nn.functional.scaled_dot_product_attention`` (fast, O(T) memory when a
     fused kernel is available); ``backend="plain"`` runs the book's step-by-step :func:`attention`, which
     materialises the (B, h, T, T) weights. ``rope=True`` rotates Q and K by position (chapter 1).
+    ``h_kv`` (default h) key/value heads: each serves a group of h / h_kv query heads (chapter 10).
     """
 
-    def __init__(self, d_model: int, h: int, *, bias: bool = True, rope: bool = False, backend: str = "sdpa"):
+    def __init__(self, d_model: int, h: int, *, h_kv: int | None = None, bias: bool = True, rope: bool = False,
+                 backend: str = "sdpa"):
         super().__init__()
         (d_model, h), (bias, rope) = check_positive(d_model=d_model, h=h), check_flags(bias=bias, rope=rope)
         self.d_head = check_divisible(d_model, h)
+        self.h_kv = check_kv_heads(h, h_kv)
         backend = check_choice(backend, "backend", ("sdpa", "plain"))
         if rope and self.d_head % 2:
             raise ValueError(f"rope=True rotates pairs of dimensions, so d_head = d_model / h must be even, "
                              f"got d_head={self.d_head} (d_model={d_model}, h={h})")
         self.d_model, self.h, self.rope, self.backend = d_model, h, rope, backend
-        self.W_QKV = nn.Linear(d_model, 3 * d_model, bias=bias)   # rows: all of W_Q, then W_K, then W_V
+        self.qkv_sizes = (h * self.d_head, self.h_kv * self.d_head, self.h_kv * self.d_head)
+        self.W_QKV = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)   # rows: all of W_Q, then W_K, then W_V
         self.W_O = nn.Linear(d_model, d_model, bias=bias)
 
-    def qkv(self, x: torch.Tensor, offset: int = 0):
-        """x (B, T, d_model) → Q, K, V, each (B, h, T, d_head), RoPE applied to Q and K if enabled.
+    def qkv(self, x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None):
+        """x (B, T, d_model) → Q (B, h, T, d_head), K and V (B, h_kv, T, d_head); RoPE on Q and K if enabled.
 
         ``offset`` is the position of x's first row (the length of the cache when earlier K and V are kept).
+        ``positions`` (B, T) gives every row its own RoPE position instead (a padded batch, chapter 11).
         """
         check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
         offset, = check_nonnegative(offset=offset)
         x = x.contiguous()   # any memory layout gives the bits of a plain copy
-        Q, K, V = (split_heads(t, self.h) for t in self.W_QKV(x).chunk(3, dim=-1))
+        Q, K, V = self.W_QKV(x).split(self.qkv_sizes, dim=-1)   # widths h·d_head, h_kv·d_head, h_kv·d_head
+        Q, K, V = split_heads(Q, self.h), split_heads(K, self.h_kv), split_heads(V, self.h_kv)
         if self.rope:
-            Q, K = apply_rope(Q, offset), apply_rope(K, offset)
+            Q, K = apply_rope(Q, offset, positions=positions), apply_rope(K, offset, positions=positions)
         return Q, K, V
 
     def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None,
-                return_weights: bool = False):
+                return_weights: bool = False, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None):
         """x (B, T, d_model) → (B, T, d_model) [, weights (B, h, T, T_k)].
 
         With ``cache``, x holds only the new positions; their K and V are appended to the cache and the
         queries attend to every cached position as well.
+        ``mask``: boolean, True = may attend, broadcasting to (B, h, T, T_k) (e.g. a padding mask
+        (B, 1, 1, T_k)), ANDed with the causal mask; a query with nothing to read outputs zeros.
+        ``positions`` (B, T): RoPE positions of x's rows, one per token (chapter 11).
         """
         d = check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
         causal, return_weights = check_flags(causal=causal, return_weights=return_weights)
-        T_past = 0 if cache is None else check_cache(cache, B=d["B"], h=self.h, d_head=self.d_head, like=x)
-        Q, K, V = self.qkv(x, offset=T_past)
+        T_past = 0 if cache is None else check_cache(cache, B=d["B"], h=self.h_kv, d_head=self.d_head, like=x,
+                                                     h_query=self.h)
+        if mask is not None:
+            check_mask(mask, (d["B"], self.h, d["T"], T_past + d["T"]), like=x)
+        if positions is not None:
+            check_positions(positions, d["T"], batch=d["B"])
+        Q, K, V = self.qkv(x, offset=T_past, positions=positions)
         if cache is not None:
             K, V = cache.extend(K, V)
+        K, V = repeat_kv(K, self.h // self.h_kv), repeat_kv(V, self.h // self.h_kv)   # (B, h, T_k, d_head)
         weights = None
         if self.backend == "plain" or return_weights:
-            out, weights = attention(Q, K, V, causal=causal, return_weights=True)
+            out, weights = attention(Q, K, V, causal=causal, return_weights=True, mask=mask)
+        elif mask is not None:   # padding or a window: one boolean mask; nothing readable gives 0, not NaN
+            allowed = combine_masks(mask, Q.shape[-2], K.shape[-2], causal=causal)   # (B|1, h|1, T, T_k)
+            out = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
+            out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         elif causal and K.shape[-2] != Q.shape[-2]:   # cached: queries are the last positions
             mask = causal_mask(Q.shape[-2], K.shape[-2], dtype=Q.dtype, device=Q.device)
             out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)

@@ -49,7 +49,12 @@ def setup(seed: int = 0) -> torch.device:
     """
     seed_everything(seed)
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    device = pick_device()
+    if device.type != "cpu":
+        # Accelerator kernels may pick non-deterministic algorithms; ask for deterministic ones (a warning where
+        # there are none). On the CPU one thread already fixes the order, and this call would cost two seconds
+        # of imports (torch._inductor) in every notebook.
+        torch.use_deterministic_algorithms(True, warn_only=True)
     torch.set_printoptions(precision=3, sci_mode=False, linewidth=100)
     np.set_printoptions(precision=3, suppress=True, linewidth=100)
     try:
@@ -63,7 +68,7 @@ def setup(seed: int = 0) -> torch.device:
         })
     except ImportError:  # plots are optional for library users
         pass
-    return pick_device()
+    return device
 
 
 def show_source(obj):

@@ -1,18 +1,22 @@
 """Exercise checkers, one module per chapter. Each ``check_…(fn)`` returns a :class:`Verdict` and never raises."""
 
-from . import block, capstone, costs, embeddings, heads, mask, projections, scaling, softmax, stack
+from . import batches, block, capstone, costs, embeddings, gqa, heads, mask, projections, scaling, softmax, stack, tiled
 from ._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
+from .batches import *  # noqa: F401,F403
 from .block import *  # noqa: F401,F403
 from .capstone import *  # noqa: F401,F403
 from .costs import *  # noqa: F401,F403
 from .embeddings import *  # noqa: F401,F403
+from .gqa import *  # noqa: F401,F403
 from .heads import *  # noqa: F401,F403
 from .mask import *  # noqa: F401,F403
 from .projections import *  # noqa: F401,F403
 from .scaling import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .stack import *  # noqa: F401,F403
+from .tiled import *  # noqa: F401,F403
 
-_CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stack, capstone, costs)
+_CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stack, capstone, costs, tiled, gqa,
+             batches)
 __all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
 __all__ += [name for m in _CHAPTERS for name in m.__all__]

@@ -1,0 +1,245 @@
+"""Interactive attention figures for the rendered book, JupyterLab and Colab, with no download at all.
+
+``explore(S, tokens, d_k)`` returns a figure that a notebook displays as one self-contained piece of HTML:
+the raw scores S = Q Kᵀ (rounded to 4 decimals) as JSON in a ``<script type="application/json">``, the
+style, and the code of ``explore.js`` (shipped beside this file), which finds its own container through
+``document.currentScript``. In the browser that code computes
+
+    P = softmax(S / (√d_k · τ) + M)        (√d_k and M only where switched on, τ the temperature)
+
+from the stored numbers, draws P with queries on rows and keys on columns, and draws lines from a query
+token to every key it reads, as strong as the weight. :meth:`AttentionExplorer.weights` computes the same P in
+Python from the same stored numbers, with the library's ``scale``, ``causal_mask`` and ``softmax``.
+
+The HTML is the same bytes on every call: no element ids, no random names, no time stamps. Where scripts do
+not run (a notebook that is not trusted), a sentence stays in their place saying how to bring the figure to life.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import torch
+
+from ._validate import check_choice, check_flags, check_labels, check_nonnegative, check_number, check_positive
+from .attention import causal_mask, scale, softmax
+
+__all__ = ["AttentionExplorer", "explore", "model_scores", "CONTROLS", "MAX_T", "MAX_NUMBERS"]
+
+CONTROLS = ("scale", "mask", "temperature")   # switches a figure may offer; layer and head menus come by themselves
+MAX_T = 64                                    # tokens per axis
+MAX_NUMBERS = 20_000                          # stored scores per figure (L·h·T·T), to keep pages light
+TEMPERATURE_RANGE = (0.1, 4.0, 0.1)           # the slider: smallest τ, largest τ, step
+
+
+@cache
+def _asset(name: str) -> str:
+    """A file shipped with the package (explore.js, explore.css), read once, as it is inlined into a page.
+
+    Indentation, blank lines and whole-line ``//`` comments are left out (a third of the bytes); the file's
+    opening comment stays, so that the page says what the code is.
+    """
+    text = resources.files("attnlib").joinpath(name).read_text(encoding="utf-8")
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("//"))
+
+
+def _scores_table(S) -> torch.Tensor:
+    """Raw scores (T, T), (h, T, T) or (L, h, T, T) as a float64 (L, h, T, T) tensor on the CPU."""
+    if isinstance(S, torch.Tensor):
+        if S.dtype == torch.bool or S.is_complex() or not (S.is_floating_point() or S.dtype in (torch.int64,
+                                                                                                  torch.int32)):
+            raise TypeError(f"S must hold real numbers, got dtype {S.dtype}")
+        S = S.detach().to("cpu", torch.float64)
+    elif isinstance(S, np.ndarray):
+        if not (np.issubdtype(S.dtype, np.floating) or np.issubdtype(S.dtype, np.integer)):
+            raise TypeError(f"S must hold real numbers, got dtype {S.dtype}")
+        S = torch.from_numpy(S.astype(np.float64))
+    else:
+        raise TypeError(f"S must be a torch.Tensor or NumPy array of raw scores Q Kᵀ, got {type(S).__name__}")
+    if S.dim() not in (2, 3, 4) or 0 in S.shape or S.shape[-1] != S.shape[-2]:
+        raise ValueError(f"S must be raw scores (T, T), (h, T, T) or (L, h, T, T) with square T × T tables, "
+                         f"got shape {tuple(S.shape)}")
+    if not bool(torch.isfinite(S).all()):
+        raise ValueError("S must hold finite raw scores Q Kᵀ (the mask is applied by the figure), "
+                         "got inf or NaN")
+    while S.dim() < 4:
+        S = S[None]
+    return S
+
+
+def _round(S: torch.Tensor) -> list:
+    """Nested lists of the scores rounded to 4 decimals, with −0.0 written as 0.0 (the same text every time)."""
+    return (torch.round(S, decimals=4) + 0.0).tolist()
+
+
+def _json_for_html(data: dict) -> str:
+    """JSON that can sit inside <script> in any HTML page: ASCII only, and no '<', '>' or '&' left in it."""
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+class AttentionExplorer:
+    """An interactive attention figure: see :func:`explore`. Displays itself as HTML in a notebook."""
+
+    def __init__(self, data: dict):
+        self._data = data
+        self._json = _json_for_html(data)
+
+    # ----------------------------------------------------------------------------------------- what it holds
+    @property
+    def data(self) -> dict:
+        """The payload the figure's code reads, parsed back from the JSON in the HTML (a fresh copy)."""
+        return json.loads(self._json)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """The raw scores S = Q Kᵀ exactly as stored in the page: float64 (L, h, T, T), 4 decimals."""
+        return torch.tensor(self.data["S"], dtype=torch.float64)
+
+    @property
+    def tokens(self) -> list[str]:
+        return list(self._data["tokens"])
+
+    @property
+    def d_k(self) -> int:
+        return self._data["d_k"]
+
+    def weights(self, layer: int = 0, head: int = 0, *, scaled: bool = True, causal: bool = True,
+                temperature: float = 1.0) -> torch.Tensor:
+        """P (T, T) = softmax(S / (√d_k · τ) + M) from the stored scores, as the figure computes it.
+
+        Uses the library's ``scale``, ``causal_mask`` and ``softmax`` on the numbers written into the page.
+        """
+        L, h = self._data["L"], self._data["h"]
+        layer, head = check_nonnegative(layer=layer, head=head)
+        if layer >= L or head >= h:
+            raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1}, got layer={layer}, head={head}")
+        scaled, causal = check_flags(scaled=scaled, causal=causal)
+        temperature = check_number(temperature, "temperature", above=0)
+        S = self.scores[layer, head]
+        if scaled:
+            S = scale(S, self.d_k)
+        S = S / temperature
+        if causal:
+            S = S + causal_mask(S.shape[-1], dtype=S.dtype)
+        return softmax(S)
+
+    # ----------------------------------------------------------------------------------------- how it shows
+    @property
+    def html(self) -> str:
+        """The whole figure: fallback sentence, style, data and code, with no id and no external URL."""
+        d = self._data
+        sizes = f"{d['L']} blocks × {d['h']} heads, " if d["L"] > 1 else (f"{d['h']} heads, " if d["h"] > 1 else "")
+        fallback = (f"Interactive attention figure ({sizes}T = {d['T']} tokens): run this cell or trust the "
+                    f"notebook to explore it.")
+        return (
+            '<div class="attnlib-explore">'
+            f'<p class="ax-fallback">{html.escape(fallback)}</p>'
+            f"<style>{_asset('explore.css')}</style>"
+            f'<script type="application/json" class="ax-data">{self._json}</script>'
+            f"<script>{_asset('explore.js')}</script>"
+            "</div>"
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this figure adds to a page (UTF-8)."""
+        return len(self.html.encode("utf-8"))
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        d = self._data
+        what = f"L={d['L']}, h={d['h']}, T={d['T']}, d_k={d['d_k']}"
+        switches = [c for c in CONTROLS if d["controls"][c]]
+        extra = f", controls: {', '.join(switches)}" if switches else ""
+        return f"<interactive attention figure: {what}{extra}>"
+
+
+def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), scaled: bool = True,
+            causal: bool = True, temperature: float = 1.0, layer: int = 0, head: int = 0,
+            query: int | None = None, layer_label: str = "block") -> AttentionExplorer:
+    """An interactive figure of attention weights computed in the browser from raw scores.
+
+    S: raw scores Q Kᵀ, unscaled and unmasked: (T, T) for one head, (h, T, T) for the heads of one layer,
+    or (L, h, T, T) for every head of L blocks (a menu for the block and the head appears when there are
+    several). tokens: T labels. d_k: the width of the dot products (d_head for a multi-head layer).
+    controls: any of "scale" (a √d_k switch), "mask" (a causal-mask switch), "temperature" (a τ slider).
+    scaled, causal, temperature, layer, head: what the figure shows first. query: the query whose lines are
+    drawn first (default: the last position, T − 1). layer_label: the menu's word for a layer.
+    """
+    S = _scores_table(S)
+    L, h, T = S.shape[0], S.shape[1], S.shape[2]
+    if T > MAX_T:
+        raise ValueError(f"T must be at most {MAX_T} tokens for a readable figure, got T={T}")
+    if S.numel() > MAX_NUMBERS:
+        raise ValueError(f"S must hold at most {MAX_NUMBERS} scores (L·h·T·T) to keep the page light, got "
+                         f"{S.numel()} for shape (L={L}, h={h}, T={T}, T={T}); show fewer tokens or heads")
+    tokens = check_labels(tokens, T)
+    d_k, = check_positive(d_k=d_k)
+    if isinstance(controls, str) or not isinstance(controls, (list, tuple, set, frozenset)):
+        raise TypeError(f"controls must be a tuple of names from {CONTROLS}, got {controls!r} "
+                        f"({type(controls).__name__})")
+    chosen = {check_choice(c, "each control", CONTROLS) for c in controls}
+    scaled, causal = check_flags(scaled=scaled, causal=causal)
+    lo, hi, _ = TEMPERATURE_RANGE
+    temperature = check_number(temperature, "temperature", above=0)
+    if not lo <= temperature <= hi:
+        raise ValueError(f"temperature must be between {lo} and {hi} (the slider's range), got {temperature}")
+    layer, head = check_nonnegative(layer=layer, head=head)
+    if layer >= L or head >= h:
+        raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1} for S of shape (L={L}, h={h}, T, T), "
+                         f"got layer={layer}, head={head}")
+    query = T - 1 if query is None else check_nonnegative(query=query)[0]
+    if query >= T:
+        raise ValueError(f"query must be a position in 0..{T - 1}, got {query}")
+    if not isinstance(title, str) or not isinstance(layer_label, str):
+        bad = "title" if not isinstance(title, str) else "layer_label"
+        raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
+    data = {
+        "v": 1, "title": title, "tokens": tokens,
+        "labels": [t.replace(" ", "\u2581") for t in tokens],   # a word-initial space shown as '▁', as in plots
+        "d_k": d_k, "L": L, "h": h, "T": T, "layerLabel": layer_label,
+        "S": _round(S),
+        "controls": {c: c in chosen for c in CONTROLS},
+        "state": {"layer": layer, "head": head, "scaled": scaled, "causal": causal,
+                  "temperature": round(temperature, 4), "query": query},
+        "tempRange": list(TEMPERATURE_RANGE),
+    }
+    return AttentionExplorer(data)
+
+
+@torch.no_grad()
+def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
+    """Raw scores S = Q Kᵀ (L, h, T, T) of every head of every block of a Pre-Norm ``GPT``, for ids (T,) or (1, T).
+
+    Block l's Q and K come from its input X_l through its first LayerNorm (RoPE applied where the model uses
+    it); where a layer has fewer key/value heads than query heads, each K head serves its group of queries.
+    Scale by √d_head, add the mask and take the softmax to get the weights the model uses.
+    """
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
+    if getattr(model.config, "norm", "pre") != "pre":
+        raise ValueError(f"model must be Pre-Norm (norm='pre') so that block l's Q and K come from ln_1(X_l), "
+                         f"got norm={model.config.norm!r}")
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"ids must be a torch.Tensor of token IDs (T,) or (1, T), got {type(ids).__name__}")
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
+    tables = []
+    for block, X_l in zip(model.blocks, model.hidden_states(ids)):
+        Q, K, _ = block.attn.qkv(block.ln_1(X_l))             # Q (1, h, T, d_head), K (1, h_kv, T, d_head)
+        if K.shape[1] != Q.shape[1]:
+            K = K.repeat_interleave(Q.shape[1] // K.shape[1], dim=1)
+        tables.append((Q @ K.transpose(-2, -1))[0])          # (h, T, T)
+    return torch.stack(tables)

@@ -1,0 +1,239 @@
+"""Tiled attention and the online softmax (attnlib.tiled) agree with torch, keep the causal promise, and reject
+bad input with a message that names what was expected."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnlib import attention
+from attnlib.tiled import (
+    DIAGONAL,
+    FULL,
+    SKIPPED,
+    online_softmax,
+    online_softmax_step,
+    tile_plan,
+    tiled_attention,
+)
+
+FAST = settings(max_examples=30, deadline=None, derandomize=True)
+
+
+def qkv(*batch, T_q, T_k=None, d_k=4, d_v=3, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    T_k = T_q if T_k is None else T_k
+    Q = torch.randn(*batch, T_q, d_k, generator=g, dtype=dtype)
+    K = torch.randn(*batch, T_k, d_k, generator=g, dtype=dtype)
+    V = torch.randn(*batch, T_k, d_v, generator=g, dtype=dtype)
+    return Q, K, V
+
+
+def brute_plan(T_q, T_k, b_q, b_k, causal=True):
+    """The tile plan from the full boolean table: a tile is skipped when none of its entries may be read."""
+    allowed = torch.ones(T_q, T_k, dtype=torch.bool)
+    if causal:
+        allowed = allowed.tril(T_k - T_q)
+    n_q, n_k = math.ceil(T_q / b_q), math.ceil(T_k / b_k)
+    plan = torch.empty(n_q, n_k, dtype=torch.int64)
+    for i in range(n_q):
+        for j in range(n_k):
+            tile = allowed[i * b_q:(i + 1) * b_q, j * b_k:(j + 1) * b_k]
+            plan[i, j] = FULL if tile.all() else DIAGONAL if tile.any() else SKIPPED
+    return plan
+
+
+# ---------------------------------------------------------------------------------------- online softmax
+def test_online_softmax_of_the_worked_example_is_softmax():
+    s = torch.tensor([5.2, 0.3, 2.1], dtype=torch.float64)
+    for block in (1, 2, 3, 5):
+        assert (online_softmax(s, block) - torch.softmax(s, -1)).abs().max() <= 1e-15
+
+
+def test_one_step_rescales_the_old_sum_when_the_max_grows():
+    m, l = torch.tensor([0.3], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
+    S_blk = torch.tensor([[2.1, 5.2]], dtype=torch.float64)
+    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, S_blk)
+    assert m_new.item() == 5.2
+    assert rescale.item() == pytest.approx(math.exp(0.3 - 5.2), rel=1e-15)
+    assert l_new.item() == pytest.approx(math.exp(0.3 - 5.2) + math.exp(2.1 - 5.2) + 1.0, rel=1e-15)
+    assert torch.equal(P_blk, torch.exp(S_blk - 5.2))
+
+
+@FAST
+@given(n=st.integers(1, 20), block=st.integers(1, 25), seed=st.integers(0, 10**6), spread=st.sampled_from([1, 30, 800]))
+def test_online_softmax_equals_softmax_for_any_block(n, block, seed, spread):
+    S = spread * torch.randn(3, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    torch.testing.assert_close(online_softmax(S, block), torch.softmax(S, -1), rtol=1e-12, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------------------- agreement
+SHAPES = [  # batch axes, T_q, T_k, block_q, block_k
+    ((), 13, 13, 4, 5),          # T not a multiple of either block
+    ((2,), 9, 9, 3, 3),
+    ((2, 3), 11, 11, 4, 2),      # (B, h)
+    ((1, 2), 7, 7, 64, 64),      # one block larger than T
+    ((2,), 6, 6, 1, 1),          # blocks of one
+    ((2, 2), 5, 12, 2, 5),       # T_q < T_k: the queries are the last positions
+    ((1,), 17, 17, 16, 3),
+]
+
+
+@pytest.mark.parametrize("batch, T_q, T_k, b_q, b_k", SHAPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_equals_sdpa_and_the_plain_path_in_float64(batch, T_q, T_k, b_q, b_k, causal):
+    Q, K, V = qkv(*batch, T_q=T_q, T_k=T_k)
+    out = tiled_attention(Q, K, V, causal=causal, block_q=b_q, block_k=b_k)
+    mask = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q) if causal else None
+    want = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+    assert out.shape == want.shape == (*batch, T_q, V.shape[-1])
+    assert (out - want).abs().max() <= 1e-12
+    assert (out - attention(Q, K, V, causal=causal)).abs().max() <= 1e-12
+
+
+def test_float32_is_close_to_sdpa():
+    Q, K, V = qkv(2, 2, T_q=37, d_k=8, d_v=8, dtype=torch.float32, seed=3)
+    out = tiled_attention(Q, K, V, block_q=8, block_k=16)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(Q, K, V, is_causal=True))
+
+
+def test_views_of_any_layout_give_the_same_result():
+    Q, K, V = qkv(2, T_q=9, d_k=4, d_v=4)
+    Qt = Q.transpose(-2, -1).contiguous().transpose(-2, -1)
+    assert torch.equal(tiled_attention(Qt, K, V, block_q=4, block_k=3), tiled_attention(Q, K, V, block_q=4, block_k=3))
+
+
+# ---------------------------------------------------------------------------------------- properties
+@FAST
+@given(T=st.integers(2, 12), b_q=st.integers(1, 6), b_k=st.integers(1, 6), seed=st.integers(0, 10**6),
+       data=st.data())
+def test_a_future_key_or_value_never_changes_an_earlier_output(T, b_q, b_k, seed, data):
+    t = data.draw(st.integers(1, T - 1), label="changed position")
+    Q, K, V = qkv(T_q=T, seed=seed)
+    K2, V2 = K.clone(), V.clone()
+    K2[t] += 3.0
+    V2[t] -= 5.0
+    a = tiled_attention(Q, K, V, block_q=b_q, block_k=b_k)
+    b = tiled_attention(Q, K2, V2, block_q=b_q, block_k=b_k)
+    assert torch.equal(a[:t], b[:t])
+    assert not torch.equal(a[t:], b[t:])
+
+
+@FAST
+@given(T=st.integers(1, 12), b_q=st.integers(1, 6), b_k=st.integers(1, 6), seed=st.integers(0, 10**6),
+       causal=st.booleans())
+def test_the_weights_sum_to_one(T, b_q, b_k, seed, causal):
+    Q, K, _ = qkv(T_q=T, seed=seed)
+    ones = torch.ones(T, 2, dtype=torch.float64)
+    torch.testing.assert_close(tiled_attention(Q, K, ones, causal=causal, block_q=b_q, block_k=b_k),
+                               ones, rtol=0, atol=1e-14)
+
+
+@FAST
+@given(T=st.integers(2, 10), b_q=st.integers(1, 5), b_k=st.integers(1, 5), seed=st.integers(0, 10**6))
+def test_without_the_mask_a_permutation_of_the_tokens_permutes_the_outputs(T, b_q, b_k, seed):
+    Q, K, V = qkv(T_q=T, seed=seed)
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed))
+    out = tiled_attention(Q, K, V, causal=False, block_q=b_q, block_k=b_k)
+    of_permuted = tiled_attention(Q[perm], K[perm], V[perm], causal=False, block_q=b_q, block_k=b_k)
+    torch.testing.assert_close(of_permuted, out[perm], rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------- the tile plan
+@FAST
+@given(T_q=st.integers(1, 20), extra=st.integers(0, 10), b_q=st.integers(1, 8), b_k=st.integers(1, 8),
+       causal=st.booleans())
+def test_the_plan_matches_the_mask_tile_by_tile(T_q, extra, b_q, b_k, causal):
+    T_k = T_q + extra
+    assert torch.equal(tile_plan(T_q, T_k, b_q, b_k, causal), brute_plan(T_q, T_k, b_q, b_k, causal))
+
+
+def test_plan_counts_causal_and_full():
+    plan = tile_plan(550, 550, 128, 64)
+    assert plan.shape == (5, 9)
+    assert int((plan != SKIPPED).sum()) == 29 and int((plan == DIAGONAL).sum()) == 9
+    assert torch.equal(tile_plan(550, 550, 128, 64, causal=False), torch.full((5, 9), FULL))
+
+
+def test_the_skipped_fraction_tends_to_one_half():
+    fractions = []
+    for n in (2, 4, 16, 64, 256):
+        plan = tile_plan(64 * n, 64 * n, 64, 64)
+        skipped = Fraction(int((plan == SKIPPED).sum()), plan.numel())
+        assert skipped == Fraction(n - 1, 2 * n)                 # n(n − 1)/2 of n² tiles
+        fractions.append(skipped)
+    assert fractions == sorted(fractions) and abs(fractions[-1] - Fraction(1, 2)) < 0.002
+
+
+# ---------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("blocks, error, words", [
+    (dict(block_q=0), ValueError, "block_q must be a positive integer, got 0"),
+    (dict(block_k=-2), ValueError, "block_k must be a positive integer, got -2"),
+    (dict(block_q=2.5), TypeError, "block_q must be a positive integer, got 2.5"),
+    (dict(block_k=True), TypeError, "block_k must be a positive integer"),
+    (dict(block_q="8"), TypeError, "block_q must be a positive integer"),
+])
+def test_bad_block_sizes(blocks, error, words):
+    Q, K, V = qkv(T_q=5)
+    with pytest.raises(error, match=words):
+        tiled_attention(Q, K, V, **blocks)
+    with pytest.raises(error, match=words):
+        tile_plan(5, 5, **{"block_q": 2, "block_k": 2, **blocks})
+
+
+def test_bad_tensors():
+    Q, K, V = qkv(2, T_q=5, d_k=4, d_v=3)
+    with pytest.raises(ValueError, match=r"K must be \(\.\.\., T_k, d_k=4\), got \(2, 5, 6\)"):
+        tiled_attention(Q, torch.randn(2, 5, 6, dtype=torch.float64), V)
+    with pytest.raises(ValueError, match=r"V must be \(\.\.\., T_k=5, d_v\), got \(2, 4, 3\)"):
+        tiled_attention(Q, K, V[:, :4])
+    with pytest.raises(TypeError, match="Q has dtype torch.float64 but K has dtype torch.float32"):
+        tiled_attention(Q, K.float(), V)
+    with pytest.raises(TypeError, match="Q has dtype torch.float64 but V has dtype torch.float32"):
+        tiled_attention(Q, K, V.float())
+    with pytest.raises(ValueError, match="K must have the batch axes of Q"):
+        tiled_attention(Q, K[:1], V[:1])
+    with pytest.raises(TypeError, match="Q must be a torch.Tensor, got list"):
+        tiled_attention([[1.0]], K, V)
+    with pytest.raises(TypeError, match="causal must be True or False, got 1"):
+        tiled_attention(Q, K, V, causal=1)
+    with pytest.raises(ValueError, match="T_k=3 must be at least T_q=5"):
+        tiled_attention(Q, K[:, :3], V[:, :3])
+
+
+def test_bad_running_statistics():
+    S_blk = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"m must hold one number per row of S_blk, shape \(3,\).*got \(4,\)"):
+        online_softmax_step(torch.zeros(4), torch.zeros(3), S_blk)
+    with pytest.raises(TypeError, match="S_blk has dtype torch.float32 but l has dtype torch.float64"):
+        online_softmax_step(torch.zeros(3), torch.zeros(3, dtype=torch.float64), S_blk)
+    with pytest.raises(ValueError, match="block must be a positive integer, got 0"):
+        online_softmax(S_blk, 0)
+
+
+def test_gradients_flow_through_the_tiles_as_through_the_plain_path():
+    Q, K, V = (t.requires_grad_() for t in qkv(2, T_q=7, seed=5))
+    tiled_attention(Q, K, V, block_q=3, block_k=2).square().sum().backward()
+    tiled_grads = [t.grad.clone() for t in (Q, K, V)]
+    for t in (Q, K, V):
+        t.grad = None
+    attention(Q, K, V).square().sum().backward()
+    for got, want in zip(tiled_grads, (Q.grad, K.grad, V.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_empty_batch_and_numpy_block_sizes_are_accepted():
+    import numpy as np
+
+    Q, K, V = qkv(0, T_q=5)
+    assert tiled_attention(Q, K, V, block_q=2, block_k=3).shape == (0, 5, 3)
+    Q, K, V = qkv(2, T_q=5)
+    assert torch.equal(tiled_attention(Q, K, V, block_q=np.int64(2), block_k=np.int32(3)),
+                       tiled_attention(Q, K, V, block_q=2, block_k=3))
