@@ -38,7 +38,7 @@ from attnlib import (
     softmax,
     split_heads,
 )
-from attnlib.costs import attention_flops, attention_params, kv_cache_bytes, ops_called
+from attnlib.costs import attention_flops, attention_params, count_ops, kv_cache_bytes, ops_called
 from attnlib.heads import repeat_kv
 from attnlib.plots import heads_grid, mask_picture
 from attnlib.train import evaluate, random_batch
@@ -132,6 +132,7 @@ CASES = [
     ("a non-positive base", lambda: rope_angles(4, 8, base=0.0), ValueError, ["base", "0.0"]),
     ("a size given as a string", lambda: attention_flops("2", 4, 8, 2), TypeError, ["B", "'2'"]),
     ("a negative size in a cost formula", lambda: attention_flops(2, 4, -8, 2), ValueError, ["d_model", "-8"]),
+    ("count_ops of something that cannot be called", lambda: count_ops(7), TypeError, ["fn", "7"]),
     ("a match pattern that is not text", lambda: ops_called(lambda: None, match=5), TypeError, ["match", "5"]),
     ("labels that do not fit the table", lambda: mask_picture(causal_mask(4), ["a", "b", "c"]), ValueError,
      ["T=4", "got 3"]),

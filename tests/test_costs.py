@@ -8,13 +8,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from attnlib import GPT, Block, MultiHeadAttention, softmax
+from attnlib import GPT, Block, MultiHeadAttention, attention, softmax
 from attnlib.costs import (
     activation_elements,
     attention_flops,
     block_flops,
     block_params,
     count_flops,
+    count_ops,
     elementwise_ops,
     model_flops,
     model_params,
@@ -207,3 +208,13 @@ def test_ops_called_names_the_attention_kernel():
         assert any("scaled_dot_product" in op for op in ops_called(lambda: MultiHeadAttention(16, 4)(x)))
         assert ops_called(lambda: MultiHeadAttention(16, 4, backend="plain")(x)) == []
         assert "bmm" in ops_called(lambda: MultiHeadAttention(16, 4, backend="plain")(x), match=("mm",))
+
+
+def test_count_ops_counts_every_operator_call():
+    x = torch.randn(4, 4)
+    assert count_ops(lambda: x @ x) == 1
+    assert count_ops(lambda: (x @ x) @ x) == 2
+    assert count_ops(lambda: None) == 0
+    q = torch.randn(1, 1, 256, 64)   # large enough for torch's fused CPU kernel: one operator
+    assert count_ops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)) == 1
+    assert count_ops(lambda: attention(q, q, q)) > 10       # the book's step-by-step path

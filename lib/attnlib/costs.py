@@ -30,8 +30,8 @@ from ._validate import (
 
 __all__ = [
     "attention_flops", "block_flops", "model_flops", "elementwise_ops", "block_params", "model_params",
-    "activation_elements", "count_flops", "ops_called", "sync", "time_fn", "time_interleaved", "peak_memory",
-    "attention_params", "kv_cache_bytes",
+    "activation_elements", "count_flops", "count_ops", "ops_called", "sync", "time_fn", "time_interleaved",
+    "peak_memory", "attention_params", "kv_cache_bytes",
 ]
 
 
@@ -163,6 +163,22 @@ def count_flops(fn: Callable[[], object]) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
+
+
+def count_ops(fn: Callable[[], object]) -> int:
+    """How many aten operators ``fn()`` runs, every call counted: one per kernel a plain eager loop launches."""
+    check_callable(fn)
+    n = 0
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal n
+            n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return n
 
 
 def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", "softmax")) -> list[str]:
