@@ -7,17 +7,19 @@ the two models must give the same logits, hidden states and greedy tokens.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed", allow_module_level=True)
 
 from attnlib import GPT  # noqa: E402
 from attnlib.gpt2 import from_gpt2, load_gpt2, to_gpt2, weight_pairs  # noqa: E402
 from attnlib.model import GPTConfig  # noqa: E402
+
+# transformers is imported where a test needs it, not at collection: its import takes seconds on every worker.
 
 SHAPES = [   # vocab_size, n_embd, n_head, n_layer, n_positions, n_inner
     (50, 32, 4, 2, 16, None),
@@ -26,8 +28,10 @@ SHAPES = [   # vocab_size, n_embd, n_head, n_layer, n_positions, n_inner
 ]
 
 
-def hf_gpt2(seed: int, shape=SHAPES[0], *, std: float = 0.2, **overrides) -> GPT2LMHeadModel:
+def hf_gpt2(seed: int, shape=SHAPES[0], *, std: float = 0.2, **overrides):
     """A random-init GPT-2 (eval mode). A larger init std than GPT-2's 0.02 makes the logits far from uniform."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     V, d, h, L, n_pos, n_inner = shape
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=V, n_positions=n_pos, n_embd=d, n_head=h, n_layer=L, n_inner=n_inner,
@@ -98,6 +102,8 @@ def test_attnlib_to_gpt2_and_back(tie, gelu):
         for p in gpt.parameters():
             p.add_(0.1 * torch.randn_like(p))
     hf = gpt.to_gpt2()
+    from transformers import GPT2LMHeadModel
+
     assert isinstance(hf, GPT2LMHeadModel) and not hf.training
     assert hf.config.tie_word_embeddings == tie
     assert hf.config.activation_function == {"tanh": "gelu_new", "exact": "gelu"}[gelu]
