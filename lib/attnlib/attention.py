@@ -89,18 +89,15 @@ def sliding_window_mask(T_q: int, T_k: int | None = None, *, window: int, dtype=
     Same conventions as :func:`causal_mask`: float 0 / −inf by default, ``dtype=torch.bool`` gives True where
     query i may attend to key j. With T_k > T_q the queries are the last T_q positions.
     """
-    T_k = T_q if T_k is None else T_k
-    T_q, T_k, window = check_positive(T_q=T_q, T_k=T_k, window=window)
+    window, = check_positive(window=window)
     dtype = check_dtype(dtype, allow_bool=True)
-    device = None if device is None else check_device(device)
-    if T_k < T_q:
-        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
-    i = torch.arange(T_k - T_q, T_k, device=device)[:, None]    # absolute position of each query
-    j = torch.arange(T_k, device=device)[None, :]
-    allowed = (j <= i) & (j > i - window)                        # (T_q, T_k)
+    allowed = causal_mask(T_q, T_k, dtype=torch.bool, device=device)   # (T_q, T_k): j ≤ i
+    T_q, T_k = allowed.shape
+    i = torch.arange(T_k - T_q, T_k, device=allowed.device)[:, None]  # absolute position of each query
+    allowed &= torch.arange(T_k, device=allowed.device)[None, :] > i - window   # and not too old
     if dtype == torch.bool:
         return allowed
-    return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+    return torch.zeros(T_q, T_k, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
 
 
 def combine_masks(mask: torch.Tensor | None, T_q: int, T_k: int, *, causal: bool = True,

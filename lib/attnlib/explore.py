@@ -26,7 +26,9 @@ import numpy as np
 import torch
 
 from ._validate import check_choice, check_flags, check_labels, check_nonnegative, check_number, check_positive
-from .attention import causal_mask, scale, softmax
+from .attention import causal_mask, scale, scores, softmax
+from .heads import repeat_kv
+from .text import labels
 
 __all__ = ["AttentionExplorer", "explore", "model_scores", "CONTROLS", "MAX_T", "MAX_NUMBERS"]
 
@@ -204,7 +206,7 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
         raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
     data = {
         "v": 1, "title": title, "tokens": tokens,
-        "labels": [t.replace(" ", "\u2581") for t in tokens],   # a word-initial space shown as '▁', as in plots
+        "labels": labels(tokens),   # a word-initial space shown as '▁', as in the plots
         "d_k": d_k, "L": L, "h": h, "T": T, "layerLabel": layer_label,
         "S": _round(S),
         "controls": {c: c in chosen for c in CONTROLS},
@@ -239,7 +241,6 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
     tables = []
     for block, X_l in zip(model.blocks, model.hidden_states(ids)):
         Q, K, _ = block.attn.qkv(block.ln_1(X_l))             # Q (1, h, T, d_head), K (1, h_kv, T, d_head)
-        if K.shape[1] != Q.shape[1]:
-            K = K.repeat_interleave(Q.shape[1] // K.shape[1], dim=1)
-        tables.append((Q @ K.transpose(-2, -1))[0])          # (h, T, T)
+        K = repeat_kv(K, Q.shape[1] // K.shape[1])            # each K head for its group of query heads
+        tables.append(scores(Q, K)[0])                        # (h, T, T)
     return torch.stack(tables)

@@ -157,9 +157,7 @@ class GPT(nn.Module):
         if is_pad is None:
             return None, None
         self._check_ids(ids)
-        is_pad = check_is_pad(is_pad, B=ids.shape[0], T=offset + ids.shape[-1])
-        if is_pad.device != ids.device:
-            raise ValueError(f"is_pad is on {is_pad.device} but ids are on {ids.device}; move both to one device")
+        is_pad = _check_pad_flags(is_pad, ids, offset + ids.shape[-1])
         return padding_mask(is_pad), position_ids(is_pad)[:, offset:]
 
     def hidden_states(self, ids: torch.Tensor, *, is_pad: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -237,11 +235,17 @@ class GPT(nn.Module):
         return ids
 
 
-def _check_left_padding(is_pad, ids: torch.Tensor) -> torch.Tensor:
-    """is_pad (B, T) of left-padded prompts: pads only before each row's first real token, one real at least."""
-    is_pad = check_is_pad(is_pad, B=ids.shape[0], T=ids.shape[-1])
+def _check_pad_flags(is_pad, ids: torch.Tensor, T: int) -> torch.Tensor:
+    """is_pad (B, T) for the B rows of ids, on their device."""
+    is_pad = check_is_pad(is_pad, B=ids.shape[0], T=T)
     if is_pad.device != ids.device:
         raise ValueError(f"is_pad is on {is_pad.device} but ids are on {ids.device}; move both to one device")
+    return is_pad
+
+
+def _check_left_padding(is_pad, ids: torch.Tensor) -> torch.Tensor:
+    """is_pad (B, T) of left-padded prompts: pads only before each row's first real token, one real at least."""
+    is_pad = _check_pad_flags(is_pad, ids, ids.shape[-1])
     empty = is_pad.all(-1).nonzero().flatten().tolist()
     if empty:
         raise ValueError(f"row {empty[0]} of is_pad is all padding: every prompt needs at least one real token")

@@ -10,13 +10,9 @@ import torch
 from matplotlib.axes import Axes
 
 from ._validate import check_flags, check_labels, check_number, check_positive
+from .text import labels
 
 __all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels", "PIPELINE", "pipeline_figure", "save_pipeline"]
-
-
-def labels(pieces: list[str]) -> list[str]:
-    """Readable axis labels: a word-initial space is shown as '▁' so 'the' and ' the' stay distinct."""
-    return [p.replace(" ", "▁") for p in check_labels(pieces, None, "pieces")]
 
 
 def _table(W, name: str, dims: str) -> np.ndarray:

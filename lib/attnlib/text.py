@@ -9,10 +9,10 @@ from importlib import resources
 
 import torch
 
-from ._validate import check_id_list, check_pieces
+from ._validate import check_id_list, check_labels, check_pieces
 
 __all__ = [
-    "ToyTokenizer", "CharTokenizer", "TOY_VOCAB", "EXAMPLE", "SWAPPED", "load_text", "example_ids",
+    "ToyTokenizer", "CharTokenizer", "TOY_VOCAB", "EXAMPLE", "SWAPPED", "load_text", "example_ids", "labels",
 ]
 
 # Pieces that start with a space begin a word; pieces without one continue the word before them
@@ -123,3 +123,8 @@ def example_ids(text: str = EXAMPLE) -> tuple[torch.Tensor, list[str]]:
     """The running example as a (T,) tensor of token IDs and its T pieces."""
     tok = ToyTokenizer()
     return torch.tensor(tok.encode(text), dtype=torch.long), tok.pieces(text)
+
+
+def labels(pieces: list[str]) -> list[str]:
+    """Readable labels for token pieces: a word-initial space is shown as '▁' so 'the' and ' the' stay distinct."""
+    return [p.replace(" ", "▁") for p in check_labels(pieces, None, "pieces")]
