@@ -104,10 +104,6 @@ class AttentionExplorer:
         return torch.tensor(self.data["S"], dtype=torch.float64)
 
     @property
-    def tokens(self) -> list[str]:
-        return list(self._data["tokens"])
-
-    @property
     def d_k(self) -> int:
         return self._data["d_k"]
 
