@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: setup book test lab notebooks learner colab-cell lock test-latest train-heads bench lint figures screenshots clean
+.PHONY: setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack bench lint figures screenshots clean
 
 $(STAMP): requirements.txt $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,8 +21,15 @@ book: setup  ## render the book to HTML
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
-test: setup  ## library tests, nbval over every notebook, both editions, the strict book build and the browser test
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+# The suite runs on a second kernel path (tests/conftest.py), so outputs that one processor prints fail here too.
+# -n auto: one worker per core; --dist loadfile keeps each notebook's cells on one worker (nbval needs that).
+test: setup lint  ## ruff, library tests, nbval over every notebook (second kernel path), both editions, book build, browser
+	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# The inner loop: the library's tests and the notebooks' hygiene, with no notebook run, no book build, no browser.
+FAST_SKIP := test_rendered_book.py test_learner_edition.py test_learner_runs.py test_colab_path.py
+test-fast: setup lint  ## library, checker and hygiene tests only (no notebook is run): about a minute
+	$(BIN)/python -m pytest -n auto --dist loadfile tests $(addprefix --ignore=tests/,$(FAST_SKIP))
 
 lab: setup  ## open the learner edition in JupyterLab
 	@echo "Opening the learner edition (learner/): exercises with stubs and checkers, no solutions."
@@ -47,11 +54,17 @@ lock:  ## regenerate the lock, constraints.txt, from requirements.txt and constr
 	$(BIN)/python -m uv pip compile requirements.txt --constraint constraints.in --universal \
 	  --python-version 3.10 --custom-compile-command "make lock" --quiet -o $(LOCK)
 
-test-latest:  ## for maintainers: the whole suite against the newest releases requirements.txt allows
-	test -x .venv-latest/bin/python || $(PY) -m venv .venv-latest
-	.venv-latest/bin/python -m pip install -q --upgrade -r requirements.txt
-	.venv-latest/bin/python -m pip install -q --no-deps -e .
-	.venv-latest/bin/python -m pytest -n 2 --dist loadfile
+# For maintainers: the whole suite against the newest releases requirements.txt allows, on the interpreter PY
+# (Colab's is 3.12: make test-latest PY=python3.12). The venv is made anew when PY is another Python.
+LATEST := .venv-latest/bin/python
+test-latest:  ## the whole suite against the newest releases that requirements.txt allows, on $(PY)
+	@want=$$($(PY) -c 'import sys; print(sys.version)'); have=$$($(LATEST) -c 'import sys; print(sys.version)' 2>/dev/null); \
+	  if [ "$$want" != "$$have" ]; then echo "making .venv-latest with $(PY)"; $(PY) -m venv --clear .venv-latest; fi
+	$(LATEST) -m pip install -q --upgrade -r requirements.txt
+	$(LATEST) -m pip install -q --no-deps -e .
+	@$(LATEST) -c 'import sys, importlib.metadata as m; print("test-latest runs Python", sys.version.split()[0], "with", \
+	  ", ".join(f"{p} {m.version(p)}" for p in ("torch", "numpy", "matplotlib", "transformers", "jupyter-book", "nbval")))'
+	$(LATEST) -m pytest -n auto --dist loadfile
 
 train-heads: setup  ## retrain the small models whose heads chapter 6 reads (deterministic; writes attnlib/data)
 	$(BIN)/python -m attnlib.induction
@@ -65,8 +78,11 @@ figures: setup  ## redraw the intro's pipeline figure from attnlib.plots.PIPELIN
 screenshots: setup  ## retake the screenshots shown on book/how_to_use.md (after the chapters change)
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist tests/test_rendered_book.py -k screenshot
 
-lint: setup
+lint: setup  ## ruff over the library, the tests, the benchmarks and the book's extensions
 	$(BIN)/ruff check lib tests benchmarks book/_ext
 
 clean:
 	rm -rf _build
+
+train-stack: setup  ## retrain chapter 8's two character models, with and without the mask (deterministic; writes attnlib/data)
+	$(BIN)/python -m attnlib.train

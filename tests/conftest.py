@@ -1,10 +1,29 @@
-"""Shared paths and small functions for the test suite."""
+"""Shared paths and small functions for the test suite, and the second kernel path the whole suite runs on."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
-import yaml
+# ---------------------------------------------------------------------------------------------------------------
+# The second kernel path. `make notebooks` stores every output on a machine's own, fastest path; the suite then
+# re-runs every notebook (nbval, the learner runs) on another one, so a stored digit that belongs to one processor
+# fails here, on the maintainer's own machine, and not only on someone else's. Measured on an AVX-512 Xeon with
+# torch 2.13 (MKL, oneDNN), before the notebooks were made portable, each knob alone changed the printed output of
+# notebook cells: ATEN_CPU_CAPABILITY, torch's vectorised kernels (18 cells with `default`, 11 with `avx2`);
+# MKL_ENABLE_INSTRUCTIONS, MKL's matrix products (17 with SSE4_2, 10 with AVX2); ONEDNN_MAX_CPU_ISA, oneDNN's
+# kernels (7 with SSE41 or AVX2). A second thread (OMP_NUM_THREADS=2) changed none: `setup()` pins one thread in
+# every notebook. The variables must be set before torch is imported, in this process and so in every kernel that
+# nbval starts from it. ATTNLIB_KERNEL_PATH=native runs the suite on the machine's own path instead.
+SECOND_KERNEL_PATH = {
+    "ATEN_CPU_CAPABILITY": "default",     # torch's scalar kernels instead of AVX2 / AVX-512 ones
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",  # MKL's matrix products without AVX
+    "ONEDNN_MAX_CPU_ISA": "SSE41",        # oneDNN's kernels without AVX
+}
+if os.environ.get("ATTNLIB_KERNEL_PATH", "second") != "native":
+    os.environ.update(SECOND_KERNEL_PATH)
+
+import yaml  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"

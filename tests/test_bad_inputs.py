@@ -175,6 +175,12 @@ CASES = [
     ("RoPE with an odd d_head", lambda: GPT(50, 12, 4, 1, pos="rope"), ValueError, ["pos='rope'", "d_head=3"]),
     ("a prompt that leaves no room", lambda: model.generate(torch.zeros(1, 10, dtype=torch.long), 8), ValueError,
      ["n_new=8", "max_T=16"]),
+    ("an agreement without a bound", lambda: attnlib.agree(torch.zeros(2), torch.zeros(2), within=0), ValueError,
+     ["positive number", "0"]),
+    ("an agreement of two shapes", lambda: attnlib.agree(torch.zeros(2), torch.zeros(3), within=1e-6), ValueError,
+     ["(2,)", "(3,)"]),
+    ("a bound given as text", lambda: attnlib.at_most(1e-7, "1e-5"), ValueError, ["positive number", "'1e-5'"]),
+    ("a negative bound", lambda: attnlib.runtime.bound_text(-1e-3), ValueError, ["positive number", "-0.001"]),
 ]
 
 
@@ -214,8 +220,9 @@ def test_every_public_entry_point_has_a_bad_input_case():
     """Every public function and class appears in a bad-input case here or in the fuzz (a new one must too)."""
     used: set[str] = set()
     here = pathlib.Path(__file__)
-    # the further chapters' modules keep their bad-input cases beside their other tests
-    for path in [here] + [here.with_name(f"test_{name}.py") for name in ("fuzz", "explore", "tiled", "batches")]:
+    # the further chapters' modules, and chapter 8's shipped models, keep their bad-input cases beside their tests
+    beside = ("fuzz", "explore", "tiled", "batches", "stack_weights")
+    for path in [here] + [here.with_name(f"test_{name}.py") for name in beside]:
         used |= {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
         used |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
     missing = sorted(_public_names() - used)

@@ -39,14 +39,58 @@ def test_the_boolean_convention_is_named_in_the_docstring():
     assert "torch.bool" in doc and "may attend" in doc and "scaled_dot_product_attention" in doc
 
 
-def test_nan_behind_the_mask_is_not_rejected_and_spreads_as_in_sdpa():
-    """Decided: no finiteness scan at the boundary. Documented, and the same as torch's own kernel."""
+def _nan_at_key(where, j, T=5, dtype=torch.float64):
     g = torch.Generator().manual_seed(0)
-    Q, K, V = (torch.randn(1, 4, 8, generator=g) for _ in range(3))
-    K[0, 3] = float("nan")                     # key 3 is in the future of queries 0, 1 and 2
-    ours, theirs = attention(Q, K, V), F.scaled_dot_product_attention(Q, K, V, is_causal=True)
-    assert torch.equal(ours.isnan(), theirs.isnan()) and ours.isnan().all()
+    Q, K, V = (torch.randn(1, T, 8, generator=g, dtype=dtype) for _ in range(3))
+    {"K": K, "V": V}[where][0, j] = float("nan")
+    return Q, K, V
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("where", ["K", "V"])
+@pytest.mark.parametrize("j", [0, 2, 4])
+def test_nan_is_not_rejected_and_reaches_every_query_that_may_read_its_key(where, j, dtype):
+    """Decided: no finiteness scan at the boundary. A NaN in K or V at key j reaches every query i >= j.
+
+    This is the library's own promise, and it is not compared with SDPA: what torch's fused kernels make of a NaN
+    has changed between releases (2.14 returns zeros for a query whose only key is NaN; 2.15 leaves the queries
+    that may not read the key finite), and the library promises its math, not one release's behaviour.
+    """
+    Q, K, V = _nan_at_key(where, j, dtype=dtype)
+    reads_j = torch.arange(5) >= j                          # query i may read key j
+    ours = attention(Q, K, V)                                # no error: nothing is scanned
+    assert ours[0, reads_j].isnan().all()
+    with_mask = attention(Q, K, V, mask=torch.ones(5, 5, dtype=torch.bool))
+    assert with_mask[0, reads_j].isnan().all()
     assert "NaN" in inspect.getdoc(attention)
+
+
+def test_a_nan_key_in_the_future_spreads_through_the_added_mask_and_is_dropped_by_mask():
+    """The library's own math for the queries that may not read the NaN key (documented in attention()).
+
+    Without ``mask`` the causal mask is *added*: NaN + (−inf) is NaN, so every row of weights becomes NaN.
+    With ``mask`` the blocked scores are overwritten with −inf, so the earlier queries never see the NaN and
+    give what they give with that key replaced by any finite one.
+    """
+    Q, K, V = _nan_at_key("K", 3)
+    out, P = attention(Q, K, V, return_weights=True)
+    assert P.isnan().all() and out.isnan().all()
+    allowed = torch.ones(5, 5, dtype=torch.bool)
+    out_m, P_m = attention(Q, K, V, mask=allowed, return_weights=True)
+    assert not P_m[0, :3].isnan().any() and P_m[0, 3:].isnan().all()
+    K_finite = K.nan_to_num(nan=0.5)
+    torch.testing.assert_close(out_m[0, :3], attention(Q, K_finite, V, mask=allowed)[0, :3])
+
+
+def test_a_nan_value_gets_weight_exactly_zero_from_the_queries_that_may_not_read_it():
+    """The weights of a query never touch a future V row: P[i, j] is exactly 0 for j > i, whatever V holds.
+
+    (Whether P @ V then turns 0 · NaN into NaN is up to the matrix-product kernel, so it is not promised.)
+    """
+    Q, K, V = _nan_at_key("V", 3)
+    out, P = attention(Q, K, V, return_weights=True)
+    assert torch.equal(P[0, :3, 3], torch.zeros(3, dtype=P.dtype)) and not P.isnan().any()
+    assert out[0, 3:].isnan().all()
 
 
 # ---------------------------------------------------------------------------------------------- empty batches

@@ -6,6 +6,7 @@ figures of the built book.
 
 from __future__ import annotations
 
+import copy
 import html.parser
 import json
 import math
@@ -136,10 +137,13 @@ def test_model_scores_give_the_models_own_weights():
         model = GPT(20, d_model=16, h=4, L=2, max_T=16, pos=pos).eval()
         ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
         S = model_scores(model, ids)
-        assert S.shape == (2, 4, 8, 8)
-        P_lib = head_weights(model, ids[None])[:, 0]                        # (L, h, T, T)
-        P = softmax(S / math.sqrt(4) + causal_mask(8))
-        torch.testing.assert_close(P, P_lib)
+        assert S.shape == (2, 4, 8, 8) and S.dtype == torch.float64        # computed in float64
+        P_lib = head_weights(model, ids[None])[:, 0]                        # (L, h, T, T), float32
+        P = softmax(S / math.sqrt(4) + causal_mask(8, dtype=S.dtype))
+        torch.testing.assert_close(P, P_lib.double(), atol=1e-5, rtol=1e-4)
+        P64 = head_weights(copy.deepcopy(model).double(), ids[None])[:, 0]  # the float64 model's own weights
+        torch.testing.assert_close(P, P64, atol=1e-12, rtol=0)
+        assert model.head.weight.dtype == torch.float32                     # the model itself is untouched
         fig = explore(S, [str(t) for t in ids.tolist()], 4)
         assert (fig.weights(1, 3) - P_lib[1, 3].double()).abs().max() < 5e-4
 

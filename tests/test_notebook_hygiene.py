@@ -163,3 +163,59 @@ def test_exercises_come_together_at_the_end_before_the_summary(path):
     assert "## Exercises" in headings and headings.index("## Exercises") == first - 1, headings
     after = [h for h in headings[last + 1:] if h != "exercise"]
     assert after in ([], ["## Summary"]), f"after the exercises come {after}"
+
+
+# A number in scientific notation below 1e-4 is almost always a rounding error, whose digits belong to one
+# processor, BLAS build and kernel path: print the bound it meets instead (attnlib.agree, attnlib.at_most).
+SCIENTIFIC = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?[eE][-+]?\d+(?![\w.])")
+NUMBER_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d*)?(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w.])\.\d+(?:[eE][-+]?\d+)?")
+
+
+def _finfo_constants() -> set[float]:
+    import torch
+
+    found = set()
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        fi = torch.finfo(dtype)
+        found |= {fi.eps, fi.tiny, fi.smallest_normal, fi.resolution}
+    return found
+
+
+def small_numbers_printed(cell) -> list[str]:
+    """The numbers below 1e-4 in scientific notation that a code cell's stored outputs print, less the exceptions:
+    an exact 0, a literal of the cell's own source (a bound such as 1e-12, an ``eps=1e-05``), and a machine
+    constant that the cell takes from ``finfo``."""
+    source = cell.source
+    literals = {float(m) for m in NUMBER_LITERAL.findall(source)}
+    machine = _finfo_constants() if "finfo" in source else set()
+    found = []
+    for out in cell.outputs:
+        data = out.get("data", {})
+        text = out.get("text", "") + data.get("text/plain", "") + data.get("text/html", "")
+        for m in SCIENTIFIC.finditer(text):
+            value = abs(float(m.group(0)))
+            if value == 0 or value >= 1e-4 or value in literals:
+                continue
+            digits = len(m.group(0).split("e")[0].lower().lstrip("+-").replace(".", "")) or 1
+            if any(abs(value - c) <= 0.5 * 10 ** (1 - digits) * c for c in machine):
+                continue
+            found.append(m.group(0))
+    return found
+
+
+def test_the_small_number_scan_finds_rounding_errors_and_spares_the_exceptions():
+    cell = nbformat.v4.new_code_cell("x = torch.finfo(torch.float32).eps; print(x, 1e-12, gap)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="1.19e-07 1e-12 max |Δ| 4.4e-16, 0.0e+00, 2.5E-5, 3e-4\n")]
+    assert small_numbers_printed(cell) == ["4.4e-16", "2.5E-5"]
+    cell.source = "print(gap, 1e-12)"               # without finfo, the same eps is a printed digit
+    assert small_numbers_printed(cell) == ["1.19e-07", "4.4e-16", "2.5E-5"]
+
+
+def test_no_stored_output_prints_a_rounding_error(nb):
+    hits = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and "nbval-ignore-output" not in c.metadata.get("tags", []):
+            hits += [f"cell {i}: {n}" for n in small_numbers_printed(c)]
+    assert not hits, ("stored outputs print digits of a rounding error, which another machine prints otherwise; "
+                      f"print the bound it meets (attnlib.agree / at_most): {hits[:8]}")

@@ -26,14 +26,14 @@ from .heads import KVCache, MultiHeadAttention, merge_heads, repeat_kv, split_he
 from .model import GPT
 from .position import LearnedPositions, apply_rope, rope_angles, sinusoidal_positions
 from .projections import FusedProjections, Projections, project
-from .runtime import pick_device, seed_everything, setup, show_source
+from .runtime import agree, at_most, pick_device, seed_everything, setup, show_source
 from .text import EXAMPLE, SWAPPED, CharTokenizer, ToyTokenizer, example_ids, load_text
 from .tiled import online_softmax, online_softmax_step, tile_plan, tiled_attention
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "setup", "pick_device", "seed_everything", "show_source",
+    "setup", "pick_device", "seed_everything", "show_source", "agree", "at_most",
     "ToyTokenizer", "CharTokenizer", "EXAMPLE", "SWAPPED", "example_ids", "load_text",
     "TokenEmbedding", "one_hot_embedding", "running_X0",
     "sinusoidal_positions", "LearnedPositions", "rope_angles", "apply_rope",

@@ -165,9 +165,10 @@ def attention(Q, K, V, causal: bool = True, return_weights: bool = False, *, mas
     :func:`attention_weights`); a query with nothing to read outputs zeros.
 
     Q, K (..., T_q or T_k, d_k) and V (..., T_k, d_v) must share their batch axes (nothing is broadcast).
-    NaN or ±inf in Q, K or V are not looked for, and the mask does not stop them: a NaN score in a masked
-    position stays NaN after adding −inf, so its whole row of weights becomes NaN (torch's
-    scaled_dot_product_attention does the same).
+    NaN or ±inf in Q, K or V are not looked for: a NaN reaches every query that may read its key. Without
+    ``mask`` the causal mask is *added*, so a NaN score in a future position stays NaN after adding −inf and
+    that query's whole row of weights becomes NaN; with ``mask`` blocked scores are overwritten and the NaN is
+    dropped. (torch's fused kernels may skip the future instead, so those rows can differ from SDPA's.)
     """
     return_weights, = check_flags(return_weights=return_weights)
     P = attention_weights(Q, K, causal, mask=mask)

@@ -17,6 +17,7 @@ not run (a notebook that is not trusted), a sentence stays in their place saying
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 from functools import cache
@@ -220,6 +221,9 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
     Block l's Q and K come from its input X_l through its first LayerNorm (RoPE applied where the model uses
     it); where a layer has fewer key/value heads than query heads, each K head serves its group of queries.
     Scale by √d_head, add the mask and take the softmax to get the weights the model uses.
+
+    The scores are float64, computed on the CPU by a float64 copy of the model: a page stores them rounded, and
+    float32 rounding (which differs between processors and kernel paths) must not reach the stored digits.
     """
     from .model import GPT
 
@@ -234,8 +238,9 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
         ids = ids[None]
     if ids.dim() != 2 or ids.shape[0] != 1:
         raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
+    model = copy.deepcopy(model).to("cpu", torch.float64)
     tables = []
-    for block, X_l in zip(model.blocks, model.hidden_states(ids)):
+    for block, X_l in zip(model.blocks, model.hidden_states(ids.cpu())):
         Q, K, _ = block.attn.qkv(block.ln_1(X_l))             # Q (1, h, T, d_head), K (1, h_kv, T, d_head)
         K = repeat_kv(K, Q.shape[1] // K.shape[1])            # each K head for its group of query heads
         tables.append(scores(Q, K)[0])                        # (h, T, T)

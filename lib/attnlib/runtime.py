@@ -10,7 +10,7 @@ import torch
 
 from ._validate import check_device, check_nonnegative
 
-__all__ = ["setup", "pick_device", "seed_everything", "show_source"]
+__all__ = ["setup", "pick_device", "seed_everything", "show_source", "agree", "at_most", "bound_text"]
 
 
 def accelerators() -> dict[str, bool]:
@@ -78,3 +78,49 @@ def show_source(obj):
     from IPython.display import Markdown
 
     return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
+
+
+def bound_text(bound: float) -> str:
+    """A bound as the page prints it: ``1e-12``, ``5e-4``, ``0.001`` — the digits of the literal, nothing more."""
+    if not (isinstance(bound, (int, float)) and not isinstance(bound, bool)) or not bound > 0:
+        raise ValueError(f"a bound must be a positive number, got {bound!r}")
+    mantissa, _, exponent = f"{bound:g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+
+
+def _max_gap(a, b) -> float:
+    """max |a − b| over every element, in float64 on the CPU (tensors, arrays or numbers of one shape)."""
+    a, b = (torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64))
+            for x in (a, b))
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.numel() == 0:
+        return 0.0
+    both_inf = torch.isinf(a) & (a == b)           # −∞ against −∞ (a mask) agrees exactly
+    gap = (a - b).abs().masked_fill(both_inf, 0.0)
+    return float(gap.nan_to_num(nan=float("inf")).max())
+
+
+def at_most(value: float, bound: float, what: str = "") -> str:
+    """Assert that a measured error ``value`` is at most ``bound``; return the sentence a page prints.
+
+    The page prints the bound, never the measured digits: those belong to one processor, one BLAS build and one
+    kernel path, and another machine would print other ones.
+    """
+    text = bound_text(bound)
+    value = float(value)
+    if not value <= bound:   # also catches NaN
+        raise AssertionError(f"{what or 'the error'}: {value:.3g} is above the bound {text}")
+    return f"{what}: within {text}" if what else f"within {text}"
+
+
+def agree(a, b, *, within: float, what: str = "") -> str:
+    """Assert max |a − b| ≤ ``within`` and return ``"<what>: equal within <bound>"``, the way every chapter says it.
+
+    a, b: tensors, arrays or numbers of the same shape (compared in float64; equal infinities agree).
+    """
+    text = bound_text(within)
+    gap = _max_gap(a, b)
+    if not gap <= within:
+        raise AssertionError(f"{what or 'the two'} differ by {gap:.3g}, more than {text}")
+    return f"{what}: equal within {text}" if what else f"equal within {text}"

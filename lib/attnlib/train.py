@@ -1,15 +1,35 @@
-"""Chapter 8: a tiny, deterministic training loop for :class:`attnlib.model.GPT` on a shipped text."""
+"""Chapter 8: a tiny, deterministic training loop for :class:`attnlib.model.GPT` on a shipped text.
+
+Chapter 8's recipe (:data:`CONFIG`) trains a 2-block character model on the fables, once with the causal mask
+and once without it. Another processor or kernel path trains weights that differ in their last digits, so the
+chapter's samples, figure and printed values come from the weights of one run, shipped with the library:
+``python -m attnlib.train`` trains both models with one thread and writes ``attnlib/data/stack.safetensors``,
+with the training losses of every step in its metadata.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_device, check_nonnegative, check_number, check_positive, check_shape
+from ._validate import check_choice, check_device, check_nonnegative, check_number, check_positive, check_shape
 
-__all__ = ["next_token_windows", "random_batch", "train", "evaluate", "evaluate_prefix"]
+__all__ = ["next_token_windows", "random_batch", "train", "evaluate", "evaluate_prefix",
+           "CONFIG", "VARIANTS", "WEIGHTS", "char_data", "new_char_model", "train_char_model",
+           "load_char_models", "stored_losses"]
+
+# Chapter 8's recipe: the model, the text and its held-out tenth, the training run (train's arguments).
+CONFIG = {"d_model": 48, "h": 4, "L": 2, "max_T": 128, "pos": "rope",
+          "text": "fables", "held_out": 0.1, "steps": 120, "T": 32, "B": 16, "lr": 1e-2, "seed": 0}
+VARIANTS = {"masked": True, "unmasked": False}   # name → causal: with the mask, and the leak without it
+WEIGHTS = Path(__file__).with_name("data") / "stack.safetensors"
+_MODEL_KEYS = ("d_model", "h", "L", "max_T", "pos")
 
 
 def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
@@ -51,10 +71,15 @@ def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator)
 
 
 def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 32, lr: float = 3e-3,
-          seed: int = 0, device=None) -> list[float]:
-    """Train with AdamW on random windows of data (N,) and return the training loss of every step."""
+          seed: int = 0, device=None, stop: int | None = None) -> list[float]:
+    """Train with AdamW on random windows of data (N,) and return the training loss of every step.
+
+    The learning rate falls from lr to 0 along a cosine over the steps. ``stop`` ends the run after that
+    many of them: the start of the same run, to replay it.
+    """
     _check_model(model)
     (steps, T, B), (seed,) = check_positive(steps=steps, T=T, B=B), check_nonnegative(seed=seed)
+    stop, = check_positive(stop=steps if stop is None else stop)
     lr = check_number(lr, "lr", above=0)
     _check_data(data)
     device = next(model.parameters()).device if device is None else check_device(device)
@@ -63,7 +88,7 @@ def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     model.train()
     losses = []
-    for _ in range(steps):
+    for _ in range(min(stop, steps)):
         x, y = (t.to(device) for t in random_batch(data, T, B, g))
         loss = model.loss(x, y)
         opt.zero_grad(set_to_none=True)
@@ -111,6 +136,90 @@ def evaluate_prefix(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batc
     return total / batches
 
 
+def char_data(config: dict = CONFIG):
+    """The recipe's text as (tokenizer, training IDs, held-out IDs): a CharTokenizer of the whole text, and
+    the text's IDs split before its last ``held_out`` fraction."""
+    from .text import CharTokenizer, load_text
+
+    _check_config(config)
+    text = load_text(config["text"])
+    tok = CharTokenizer(text)
+    data = tok.encode(text)
+    n_train = int((1 - config["held_out"]) * len(data))
+    return tok, data[:n_train], data[n_train:]
+
+
+def new_char_model(vocab_size: int, causal: bool = True, config: dict = CONFIG):
+    """The untrained model of the recipe, its weights drawn from torch's RNG seeded with the recipe's seed."""
+    _check_config(config)
+    torch.manual_seed(config["seed"])
+    return _char_gpt(vocab_size, causal, config)
+
+
+def _char_gpt(vocab_size: int, causal: bool, config: dict):
+    from .model import GPT
+
+    return GPT(vocab_size, **{k: config[k] for k in _MODEL_KEYS}, causal=causal)
+
+
+def train_char_model(variant: str = "masked", stop: int | None = None, config: dict = CONFIG):
+    """Train the recipe's model, ``variant`` "masked" (causal) or "unmasked", and return (model, losses).
+
+    ``stop`` ends the run after that many steps of the same schedule. Run it with one thread to get the
+    stored losses bit for bit on the maintainer's machine.
+    """
+    variant = check_choice(variant, "variant", tuple(VARIANTS))
+    tok, train_data, _ = char_data(config)
+    model = new_char_model(tok.vocab_size, VARIANTS[variant], config)
+    losses = train(model, train_data, steps=config["steps"], T=config["T"], B=config["B"], lr=config["lr"],
+                   seed=config["seed"], stop=stop)
+    return model, losses
+
+
+def load_char_models(path: str | Path = WEIGHTS) -> dict:
+    """The shipped trained models of chapter 8, ``{"masked": GPT, "unmasked": GPT}``, from a local file."""
+    from safetensors.torch import load_file
+
+    meta = _metadata(path)
+    tensors = load_file(str(path))
+    models = {}
+    for variant in meta["variants"]:
+        model = _char_gpt(meta["vocab_size"], VARIANTS[variant], meta["config"])
+        prefix = f"{variant}."
+        model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        models[variant] = model.eval()
+    return models
+
+
+def stored_losses(path: str | Path = WEIGHTS) -> dict[str, list[float]]:
+    """The training loss of every step of every shipped model, as the training script recorded them."""
+    return _metadata(path)["losses"]
+
+
+def _check_config(config) -> None:
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict like attnlib.train.CONFIG, got {type(config).__name__}")
+    missing = sorted(set(CONFIG) - set(config))
+    if missing:
+        raise ValueError(f"config lacks the recipe's keys {missing}")
+    held_out = check_number(config["held_out"], "held_out", above=0)
+    if held_out >= 1:
+        raise ValueError(f"held_out must be a fraction below 1, got {held_out}")
+
+
+def _metadata(path) -> dict:
+    from safetensors import safe_open
+
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no weights file at {path} (`make train-stack` writes the shipped one)")
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    return {"config": json.loads(meta["config"]), "vocab_size": int(meta["vocab_size"]),
+            "variants": json.loads(meta["variants"]), "losses": json.loads(meta["losses"])}
+
+
 def _check_model(model) -> None:
     """A model with parameters and a ``loss(ids, targets)`` method, such as :class:`attnlib.GPT`."""
     if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "loss", None)):
@@ -118,3 +227,30 @@ def _check_model(model) -> None:
                         f"got {type(model).__name__}")
     if next(model.parameters(), None) is None:
         raise ValueError("model has no parameters to train or to place on a device")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train both models of chapter 8's recipe with one thread and write the weights and the losses."""
+    from safetensors.torch import save_file
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--out", default=str(WEIGHTS), help="where to write the safetensors file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    tensors, losses = {}, {}
+    for variant in VARIANTS:
+        t0 = time.perf_counter()
+        model, losses[variant] = train_char_model(variant)
+        for k, v in model.state_dict().items():
+            tensors[f"{variant}.{k}"] = v.detach().contiguous()
+        print(f"{variant}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
+              f"loss {losses[variant][0]:.3f} → {sum(losses[variant][-20:]) / 20:.3f} (last 20)")
+    meta = {"config": json.dumps(CONFIG), "vocab_size": str(model.vocab_size), "variants": json.dumps(list(VARIANTS)),
+            "losses": json.dumps({v: [round(x, 6) for x in ls] for v, ls in losses.items()}),
+            "torch": torch.__version__}
+    save_file(tensors, args.out, metadata=meta)
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e3:.0f} KB)")
+
+
+if __name__ == "__main__":
+    main()
