@@ -27,7 +27,7 @@ test: setup lint  ## ruff, library tests, nbval over every notebook (second kern
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 # The inner loop: the library's tests and the notebooks' hygiene, with no notebook run, no book build, no browser.
-FAST_SKIP := test_rendered_book.py test_learner_edition.py test_learner_runs.py test_colab_path.py
+FAST_SKIP := test_rendered_book.py test_learner_edition.py test_colab_path.py
 test-fast: setup lint  ## library, checker and hygiene tests only (no notebook is run): about a minute
 	$(BIN)/python -m pytest -n auto --dist loadfile tests $(addprefix --ignore=tests/,$(FAST_SKIP))
 

@@ -23,6 +23,7 @@ SECOND_KERNEL_PATH = {
 if os.environ.get("ATTNLIB_KERNEL_PATH", "second") != "native":
     os.environ.update(SECOND_KERNEL_PATH)
 
+import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -49,10 +50,18 @@ def assert_accepted(verdict) -> None:
     assert repr(verdict).startswith("✓ correct")
 
 
-def assert_named(verdict, label: str) -> None:
-    """A checker's verdict on a planted mistake: rejected, and recognised as that mistake."""
+def assert_named(verdict, label: str, *fragments: str) -> None:
+    """A checker's verdict on a planted mistake: rejected, recognised as that mistake, and (when ``fragments``
+    are given) saying each of them."""
     assert not verdict.ok and verdict.mistake == label, (label, verdict)
     assert repr(verdict).startswith("✗ not yet")
+    missing = [f for f in fragments if f not in verdict.message]
+    assert not missing, (missing, verdict)
+
+
+def stub(*args):
+    """An exercise's stub, untouched: the learner edition's function body is `raise NotImplementedError`."""
+    raise NotImplementedError
 
 
 def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
@@ -65,9 +74,13 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
             assert not _close(outs[i], outs[j], 1e-5), (i, j)
 
 
-# The slowest files first: pytest-xdist (--dist loadfile) hands out whole files in collection order, so a slow
-# file collected last would keep one worker busy while the other sits idle.
-SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_learner_runs.py", "test_colab_path.py")
+# How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take whole files, one at
+# a time: a file's module fixtures are built once, and nbval runs a notebook's cells in order in one kernel, which
+# it needs (DESIGN). The one exception is SPREAD, the learner-notebook runs, the slowest test of the suite: each of
+# its notebooks is a unit of its own, so they spread over the workers. Units are handed out in collection order,
+# the slowest files first: one collected last would keep a worker busy while the others sit idle.
+SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py")
+SPREAD = "test_learner_notebook_runs_and_every_checker_says_not_yet"
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -76,3 +89,17 @@ def pytest_collection_modifyitems(session, config, items):
         return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)   # stable: the order within a file and among the other files is kept
+
+
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist, absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndSpread(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.split("::")[-1].startswith(SPREAD + "[") else super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False    # xdist would hand out the units with the most tests first
+    return FilesAndSpread(config, log)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from attnlib import GPT, KVCache, MultiHeadAttention, apply_rope, attention, attention_weights, causal_mask
 from attnlib.attention import combine_masks, padding_mask, sliding_window_mask
 from attnlib.batches import pad_prompts, position_ids
+from attnlib.gpt2 import from_gpt2
 from attnlib.position import LearnedPositions
 
 settings.register_profile("batches", max_examples=25, deadline=None, derandomize=True)
@@ -270,7 +271,7 @@ def test_hf_gpt2_with_attention_mask_and_position_ids_gives_the_same_real_logits
     config = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=24, n_head=3, n_layer=2,
                                      initializer_range=0.2, bos_token_id=0, eos_token_id=0, pad_token_id=0)
     hf = transformers.GPT2LMHeadModel(config).eval()
-    gpt = GPT.from_gpt2(hf)
+    gpt = from_gpt2(hf)
     prompts = prompts_of([6, 2, 9, 4], 11)
     for side in ("left", "right"):
         ids, is_pad = pad_prompts(prompts, 0, side=side)
@@ -311,9 +312,10 @@ def test_bad_inputs_are_rejected_with_a_clear_message():
     rejects(lambda: sliding_window_mask(4, window=0), "window must be a positive integer")
     rejects(lambda: sliding_window_mask(4, 3, window=2), "T_k=3 must be at least T_q=4")
     rejects(lambda: sliding_window_mask(4, window=2.0), "window", kind=TypeError)
-    rejects(lambda: apply_rope(Q, positions=torch.tensor([[0, 1, 2, 3]] * 2) - 1), "≥ 0")
-    rejects(lambda: apply_rope(Q, positions=torch.zeros(2, 3, dtype=torch.long)), "T=4")
-    rejects(lambda: apply_rope(Q, positions=torch.zeros(2, 4)), "integer", kind=TypeError)
+    Q_even = torch.randn(2, 4, 6)                 # RoPE rotates pairs: an even d, so that positions are looked at
+    rejects(lambda: apply_rope(Q_even, positions=torch.tensor([[0, 1, 2, 3]] * 2) - 1), "≥ 0")
+    rejects(lambda: apply_rope(Q_even, positions=torch.zeros(2, 3, dtype=torch.long)), "T=4")
+    rejects(lambda: apply_rope(Q_even, positions=torch.zeros(2, 4)), "integer", kind=TypeError)
     rejects(lambda: pad_prompts([], 0), "non-empty list", kind=TypeError)
     rejects(lambda: pad_prompts([torch.tensor([1, 2])], 0, side="middle"), "side")
     rejects(lambda: pad_prompts([torch.tensor([[1, 2]])], 0), "one sequence (T,)")
@@ -329,3 +331,23 @@ def test_hidden_states_take_the_padding_too():
     with torch.no_grad():
         X_L = model.hidden_states(ids, is_pad=is_pad)[-1]
         assert torch.equal(model.head(model.ln_f(X_L)), model(ids, is_pad=is_pad))
+
+
+def test_a_bad_prompt_is_named_with_its_position():
+    prompts = [torch.tensor([3, 4]), torch.tensor([5, 6, -7, 8])]
+    rejects(lambda: pad_prompts(prompts, 0), "prompts[1]", "position 2", "-7", "≥ 0")
+    rejects(lambda: pad_prompts([torch.tensor([1]), torch.tensor([0.5])], 0), "prompts[1]", "torch.float32",
+            kind=TypeError)
+    rejects(lambda: pad_prompts([torch.tensor([1]), torch.tensor([], dtype=torch.long)], 0), "prompts[1]",
+            "empty sequence")
+    rejects(lambda: pad_prompts([torch.tensor([1]), [2, 3]], 0), "prompts[1]", "torch.Tensor", kind=TypeError)
+
+
+def test_prompts_on_another_device_are_rejected_before_their_values_are_read():
+    """A "meta" tensor stands in for a GPU: it has a device and a shape but no values to read."""
+    on_meta = torch.tensor([1, 2], device="meta")
+    rejects(lambda: pad_prompts([torch.tensor([1, 2]), on_meta], 0), "prompts[1]", "meta", "prompts[0]", "cpu")
+    rejects(lambda: pad_prompts([on_meta, torch.tensor([1, 2])], 0), "prompts[1]", "cpu", "meta")
+    rejects(lambda: pad_prompts([on_meta], 0), "meta", "no values")
+    ids, is_pad = pad_prompts([torch.tensor([1, 2], dtype=torch.int32), torch.tensor([3])], 0)
+    assert ids.dtype == torch.long and ids.tolist() == [[1, 2], [0, 3]]

@@ -172,3 +172,108 @@ def test_ops_called_takes_one_pattern_as_a_whole_word():
     x = torch.randn(4, 4)
     assert ops_called(lambda: x @ x, match="mm") == ops_called(lambda: x @ x, match=("mm",)) == ["mm"]
     assert ops_called(lambda: x @ x, match="am") == []     # not the letters 'a' and 'm' one by one
+
+
+# ---------------------------------------------------------------------------------------------- one boundary (issue 19)
+
+
+def _shown():
+    """The stage modules' functions and forwards that the book prints with show_source."""
+    import attnlib
+
+    names = ("attention_weights scores attend softmax scale causal_mask sliding_window_mask padding_mask "
+             "combine_masks split_heads merge_heads repeat_kv KVCache MultiHeadAttention MLP Block project "
+             "Projections TokenEmbedding apply_rope").split()
+    return [getattr(attnlib, n) for n in names] + [attnlib.FusedProjections.from_separate]
+
+
+@pytest.mark.parametrize("obj", _shown(), ids=lambda o: o.__qualname__)
+def test_the_source_the_book_shows_is_the_computation(obj):
+    """No validator call, no .contiguous(), no isinstance in what show_source prints: only a one-line @boundary."""
+    source = inspect.getsource(obj)
+    for plumbing in ("require_", ".contiguous()", "isinstance(", "raise "):
+        assert plumbing not in source, f"{obj.__qualname__} shows {plumbing!r}"
+    written = [obj] if not inspect.isclass(obj) else [   # the methods written in the class (not a dataclass's)
+        v for k, v in vars(obj).items()
+        if inspect.isfunction(v) and k != "__len__" and "<" not in v.__code__.co_filename]
+    for fn in written:
+        assert hasattr(fn, "__wrapped__"), f"{fn.__qualname__} has no @boundary"
+
+
+def test_a_block_checks_the_options_of_its_layers_once(monkeypatch):
+    import attnlib.block
+    import attnlib.heads
+
+    calls = []
+
+    def counting(name, fn):
+        def wrapped(*a, **k):
+            calls.append(name)
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(attnlib.heads, "require_kv_heads", counting("h_kv", attnlib.heads.require_kv_heads))
+    monkeypatch.setattr(attnlib.block, "require_choice", counting("choice", attnlib.block.require_choice))
+    monkeypatch.setattr(attnlib.block, "require_number", counting("eps", attnlib.block.require_number))
+    Block(8, 2, h_kv=1)
+    assert sorted(calls) == ["choice", "choice", "eps", "h_kv"]      # norm and gelu, eps, h_kv: once each
+    calls.clear()
+    MultiHeadAttention(8, 2)                                         # a layer built alone checks its own options
+    assert calls == ["h_kv"]
+
+
+def test_a_view_gives_the_bits_of_its_copy_through_every_layer():
+    torch.manual_seed(0)
+    block = Block(8, 2, backend="plain").eval()
+    x = torch.randn(3, 8, 5).transpose(1, 2)                         # (3, 5, 8), not contiguous
+    assert not x.is_contiguous() and torch.equal(block(x), block(x.contiguous()))
+
+
+# ---------------------------------------------------------------------------------------------- the mask's layout
+
+
+def _mask_call(mask, B=2, h=2, T=3, backend="sdpa"):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(4 * h, h, backend=backend).double()
+    return mha(torch.randn(B, T, 4 * h, dtype=torch.float64), mask=mask)
+
+
+@pytest.mark.parametrize("B,h", [(2, 2), (2, 3), (3, 1)])
+def test_a_mask_with_some_but_not_all_batch_axes_is_ambiguous_and_rejected(B, h):
+    """Decided: a mask has every axis of the scores (B|1, h|1, T_q, T_k) or only (T_q, T_k).
+
+    (B, T, T) would line up with the scores' last three axes, (h, T_q, T_k): read per head when B == h and
+    rejected otherwise, so it is rejected always, with the layouts to use instead.
+    """
+    mask = torch.ones(B, 3, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"\(B, 1, T_q, T_k\)") as e:
+        _mask_call(mask, B, h)
+    assert str((B, 3, 3)) in str(e.value) and "(T_q, T_k)" in str(e.value)
+    with pytest.raises(ValueError, match="all 4 axes"):
+        attention(*(torch.randn(B, h, 3, 4),) * 3, mask=mask)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "plain"])
+def test_a_mask_per_sequence_per_head_or_shared_means_what_its_axes_say(backend):
+    g = torch.Generator().manual_seed(1)
+    full = torch.rand(2, 2, 3, 3, generator=g) < 0.6
+    full |= torch.eye(3, dtype=torch.bool)                          # every query may read itself
+    per_sequence, per_head, shared = full[:, :1], full[:1], full[0, 0]
+    for mask in (per_sequence, per_head, shared):
+        torch.testing.assert_close(_mask_call(mask, backend=backend),
+                                   _mask_call(mask.expand(2, 2, 3, 3), backend=backend), rtol=0, atol=1e-12)
+
+
+def test_a_mask_in_the_other_boolean_convention_is_named_not_turned_into_zeros():
+    """True = may attend (as SDPA). A mask that leaves no query any key is nn.MultiheadAttention's True = blocked."""
+    blocked = ~causal_mask(3, dtype=torch.bool)                      # True in the future: the other convention
+    Q = torch.randn(2, 3, 4)
+    for call in (lambda: attention(Q, Q, Q, mask=blocked), lambda: _mask_call(blocked),
+                 lambda: Block(4, 2)(torch.randn(2, 3, 4), mask=blocked)):
+        with pytest.raises(ValueError, match="True = may attend") as e:
+            call()
+        assert "~mask" in str(e.value) and "(3, 3)" in str(e.value)
+    with pytest.raises(ValueError, match="no query read any key"):
+        attention(Q, Q, Q, causal=False, mask=torch.zeros(3, 3, dtype=torch.bool))
+    out = attention(Q, Q, Q, causal=False, mask=blocked)             # without the causal mask some keys are left
+    assert (out[:, -1] == 0).all() and not (out[:, 0] == 0).all()

@@ -19,6 +19,7 @@ from torch import nn
 from attnlib import Block, attention, checks, merge_heads
 from attnlib.checks import _core
 from attnlib.checks._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
+from conftest import assert_accepted, assert_named, stub
 
 CHECKERS = [getattr(checks, name) for name in checks.__all__ if name.startswith("check_")]
 
@@ -34,16 +35,8 @@ def call(check, answer) -> Verdict:
     return check(*[answer] * n_answers(check))
 
 
-def is_prediction(check) -> bool:
-    """A prediction checker judges numbers (judge_number) or other predicted values; its stub is `...`.
-
-    A function checker answers `...` with "not-callable", so any other kind of checker that says "stub" to it
-    is a prediction checker (and is then held to the prediction contract below)."""
-    return "judge_number(" in inspect.getsource(inspect.unwrap(check)) or call(check, ...).mistake == "stub"
-
-
 # A prediction checker of this file, so the prediction contract is exercised even before a chapter has one.
-@checker
+@checker(kind="predict")
 def check_demo_prediction(value) -> Verdict:
     """Predict the variance of q · k for q, k with d_k = 16 independent standard normal entries."""
     g = torch.Generator().manual_seed(5)
@@ -59,16 +52,13 @@ def check_demo_double(fn) -> Verdict:
                  [Mistake("square", "you squared x; double it instead.", lambda x: x * x)])
 
 
-FUNCTION_CHECKERS = [c for c in CHECKERS if not is_prediction(c)] + [check_demo_double]
-PREDICTION_CHECKERS = [c for c in CHECKERS if is_prediction(c)] + [check_demo_prediction]
+# Each checker declares its exercise's kind on @checker, and is held to that kind's contract below.
+FUNCTION_CHECKERS = [c for c in CHECKERS if c.kind == "function"] + [check_demo_double]
+PREDICTION_CHECKERS = [c for c in CHECKERS if c.kind == "predict"] + [check_demo_prediction]
 
 
 def ids(cs):
     return [c.__name__ for c in cs]
-
-
-def stub(*args):
-    raise NotImplementedError
 
 
 def crashes(*args):
@@ -101,6 +91,13 @@ def could_not_judge(verdict: Verdict) -> bool:
     return verdict.message.startswith("the checker could not judge")
 
 
+def test_every_checker_declares_a_kind_of_exercise():
+    assert {c.kind for c in CHECKERS} == set(_core.KINDS)        # both kinds occur in the book
+    assert check_demo_double.kind == "function" and check_demo_prediction.kind == "predict"
+    with pytest.raises(ValueError, match="kind must be one of 'function', 'predict', got 'guess'"):
+        checker(kind="guess")
+
+
 def test_every_chapter_has_at_least_two_checkers():
     for module in checks._CHAPTERS:
         names = [n for n in module.__all__ if n.startswith("check_")]
@@ -114,23 +111,22 @@ def test_every_chapter_has_at_least_two_checkers():
 @pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
 def test_the_stub_is_recognised(check):
     verdict = call(check, stub)
-    assert not verdict.ok and verdict.mistake == "stub", verdict
-    assert repr(verdict).startswith("✗ not yet") and "stub" in verdict.message
+    assert_named(verdict, "stub", "stub")
 
 
 @pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
 @pytest.mark.parametrize("answer", [torch_not_implemented, module_not_implemented])
 def test_torchs_own_not_implemented_error_is_not_taken_for_the_stub(check, answer):
     verdict = call(check, answer)
-    assert not verdict.ok and verdict.mistake == "error", verdict
-    assert "NotImplementedError" in verdict.message and not could_not_judge(verdict), verdict
+    assert_named(verdict, "error", "NotImplementedError")
+    assert not could_not_judge(verdict), verdict
 
 
 @pytest.mark.parametrize("check", FUNCTION_CHECKERS, ids=ids(FUNCTION_CHECKERS))
 def test_a_checker_never_raises_on_a_broken_answer(check):
     for answer, label in [(crashes, "error"), (lambda *a: None, "none"), (42, "not-callable"), (..., "not-callable")]:
         verdict = call(check, answer)
-        assert not verdict.ok and verdict.mistake == label, (label, verdict)
+        assert_named(verdict, label)
         assert verdict.message and not could_not_judge(verdict), verdict
     odd = (lambda *a: "not a tensor", lambda *a: (torch.zeros(1),) * 7, lambda *a: torch.full((2, 2), math.nan))
     for answer in odd:
@@ -146,8 +142,7 @@ def test_a_checker_never_raises_on_a_broken_answer(check):
 def test_a_prediction_stub_is_recognised(check):
     for stub_value in (..., None):
         verdict = call(check, stub_value)
-        assert not verdict.ok and verdict.mistake == "stub", verdict
-        assert repr(verdict).startswith("✗ not yet")
+        assert_named(verdict, "stub")
 
 
 @pytest.mark.parametrize("check", PREDICTION_CHECKERS, ids=ids(PREDICTION_CHECKERS))
@@ -252,10 +247,11 @@ def test_the_checker_decorator_is_what_protects_the_random_state():
     torch.manual_seed(123)
     want = torch.rand(3)
     torch.manual_seed(123)
-    assert raw(draws_then_zeros).mistake == "shape"
+    assert_named(raw(draws_then_zeros), "shape")
     assert not torch.equal(torch.rand(3), want), "the control is void: the answer did not draw"
     verdict, got, want = rng_after(check_demo_double, draws_then_zeros)
-    assert verdict.mistake == "shape" and torch.equal(got, want)
+    assert_named(verdict, "shape")
+    assert torch.equal(got, want)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -280,41 +276,40 @@ def test_a_tuple_result_is_accepted_as_a_tuple_or_a_list():
 def test_each_element_of_a_tuple_keeps_its_shape():
     """Same numbers, same count, wrong shape: flattening the elements would accept it."""
     verdict = judge(lambda A, W: (A @ W, W), _pair_cases(), _pair)      # (4, 6) instead of (6, 4)
-    assert not verdict.ok and verdict.mistake == "shape", verdict
-    assert "element 2 of 2" in verdict.message and "(4, 6)" in verdict.message and "(6, 4)" in verdict.message
+    assert_named(verdict, "shape", "element 2 of 2", "(4, 6)", "(6, 4)")
     verdict = judge(lambda A, W: ((A @ W).reshape(6, 3), W.T), _pair_cases(), _pair)
-    assert verdict.mistake == "shape" and "element 1 of 2" in verdict.message, verdict
+    assert_named(verdict, "shape", "element 1 of 2")
 
 
 def test_a_tuple_with_the_wrong_number_of_elements_is_named():
     verdict = judge(lambda A, W: (A @ W,), _pair_cases(), _pair)
-    assert verdict.mistake == "length" and "2 results, got 1" in verdict.message, verdict
+    assert_named(verdict, "length", "2 results, got 1")
     verdict = judge(lambda A, W: (*_pair(A, W), A), _pair_cases(), _pair)
-    assert verdict.mistake == "length" and "got 3" in verdict.message, verdict
+    assert_named(verdict, "length", "got 3")
 
 
 def test_a_single_tensor_is_not_a_tuple():
     verdict = judge(lambda A, W: torch.cat([t.reshape(-1) for t in _pair(A, W)]), _pair_cases(), _pair)
-    assert verdict.mistake == "type" and "tuple of 2" in verdict.message, verdict
+    assert_named(verdict, "type", "tuple of 2")
     verdict = judge(lambda A, W: (A @ W, None), _pair_cases(), _pair)
-    assert verdict.mistake == "type" and "element 2 of 2" in verdict.message, verdict
+    assert_named(verdict, "type", "element 2 of 2")
 
 
 def test_values_of_one_element_are_reported_with_its_position():
     verdict = judge(lambda A, W: (A @ W, 2 * W.T), _pair_cases(), _pair)
-    assert verdict.mistake == "values" and "element 2 of 2" in verdict.message, verdict
+    assert_named(verdict, "values", "element 2 of 2")
     verdict = judge(lambda A, W: (A @ W, W.T[:, :2]), _pair_cases(), _pair)   # shape beats values in the hint
-    assert verdict.mistake == "shape", verdict
+    assert_named(verdict, "shape")
 
 
 def test_a_mistake_is_matched_element_by_element():
     swapped = Mistake("swapped", "swap them back.", lambda A, W: (W.T, A @ W))
     verdict = judge(lambda A, W: (W.T, A @ W), _pair_cases(), _pair, [swapped])
-    assert verdict.mistake == "swapped", verdict
+    assert_named(verdict, "swapped")
     reshaped = Mistake("reshaped", "a mistake of other shapes must not claim it.",
                        lambda A, W: ((A @ W).reshape(6, 3), W))
     verdict = judge(lambda A, W: ((A @ W).reshape(3, 6), W), _pair_cases(), _pair, [reshaped])
-    assert verdict.mistake == "shape", verdict
+    assert_named(verdict, "shape")
 
 
 def test_an_error_is_blamed_on_a_mistake_only_when_type_and_message_match():
@@ -325,27 +320,28 @@ def test_an_error_is_blamed_on_a_mistake_only_when_type_and_message_match():
 
     mistakes = [Mistake("wrong-axis", "use the last axis.", wrong_axis)]
     same = judge(wrong_axis, case, lambda x: x, mistakes)
-    assert same.mistake == "wrong-axis" and "IndexError" in same.message, same
+    assert_named(same, "wrong-axis", "IndexError")
 
     def other_index_error(x):
         return x[7]
 
     other = judge(other_index_error, case, lambda x: x, mistakes)
-    assert other.mistake == "error" and "use the last axis" not in other.message, other
+    assert_named(other, "error")
+    assert "use the last axis" not in other.message, other
 
     def same_message_other_type(x):
         raise ValueError("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
 
-    assert judge(same_message_other_type, case, lambda x: x, mistakes).mistake == "error"
+    assert_named(judge(same_message_other_type, case, lambda x: x, mistakes), "error")
 
 
 def test_only_a_raise_in_the_learners_own_code_is_the_stub():
     case = [(torch.ones(3),)]
-    assert judge(stub, case, lambda x: x).mistake == "stub"
-    assert judge(lambda x: stub(x), case, lambda x: x).mistake == "stub"      # a helper of the learner's
+    assert_named(judge(stub, case, lambda x: x), "stub")
+    assert_named(judge(lambda x: stub(x), case, lambda x: x), "stub")      # a helper of the learner's
     for answer in (torch_not_implemented, module_not_implemented):
         verdict = judge(answer, case, lambda x: x)
-        assert verdict.mistake == "error" and "inside torch" in verdict.message, verdict
+        assert_named(verdict, "error", "inside torch")
 
 
 def test_an_exception_from_a_checkers_own_code_is_not_blamed_on_the_learner():
@@ -354,7 +350,7 @@ def test_an_exception_from_a_checkers_own_code_is_not_blamed_on_the_learner():
         raise KeyError("the checker's own bug")
 
     verdict = check_broken(lambda: None)
-    assert not verdict.ok and verdict.mistake == "error" and could_not_judge(verdict), verdict
+    assert_named(verdict, "error", "the checker could not judge")
 
 
 def _linear_case():
@@ -396,7 +392,7 @@ def test_a_learner_who_changes_the_inputs_in_place_changes_no_verdict():
     assert not judge(vandal_then_zeros, CACHED, _apply, mistakes).ok
     assert torch.equal(CACHED[0][0], saved_x) and torch.equal(CACHED[0][1].weight, saved_w)
     assert judge(_apply, CACHED, _apply, mistakes).ok                    # a later verdict is unchanged
-    assert judge(lambda x, lin: x @ lin.weight.T, CACHED, _apply, mistakes).mistake == "no-bias"
+    assert_named(judge(lambda x, lin: x @ lin.weight.T, CACHED, _apply, mistakes), "no-bias")
 
 
 def test_tensors_shared_inside_one_case_stay_shared_in_the_learners_copy():
@@ -422,18 +418,19 @@ GUESSES = [Guess("forgot-sqrt", "you forgot the square root.", 16.0), Guess("nea
 @pytest.mark.parametrize("value", [..., None])
 def test_judge_number_stub(value):
     verdict = judge_number(value, 4.0, GUESSES)
-    assert verdict.mistake == "stub" and "replace `...`" in verdict.message
+    assert_named(verdict, "stub", "replace `...`")
 
 
 @pytest.mark.parametrize("value", [4.0, 4.3, 3.7, 4, torch.tensor(4.1), torch.tensor([3.9])])
 def test_judge_number_accepts_within_the_relative_tolerance(value):
     verdict = judge_number(value, 4.0, GUESSES, rtol=0.1)
-    assert verdict.ok and verdict.mistake is None and "measured 4" in verdict.message, verdict
+    assert_accepted(verdict)
+    assert "measured 4" in verdict.message, verdict
 
 
 def test_judge_number_names_a_typical_wrong_guess_only_when_it_is_wrong():
     verdict = judge_number(16.5, 4.0, GUESSES)
-    assert verdict.mistake == "forgot-sqrt" and "square root" in verdict.message
+    assert_named(verdict, "forgot-sqrt", "square root")
     # 4.2 is also within 10 % of the measured 4.0: the answer is right, the guess does not claim it
     assert judge_number(4.2, 4.0, GUESSES).ok
 
@@ -441,18 +438,18 @@ def test_judge_number_names_a_typical_wrong_guess_only_when_it_is_wrong():
 @pytest.mark.parametrize("value, side", [(9.0, "high"), (1.0, "low"), (-4.0, "low")])
 def test_judge_number_says_which_side_an_unknown_wrong_number_is_on(value, side):
     verdict = judge_number(value, 4.0, GUESSES)
-    assert verdict.mistake == "values" and f"too {side}" in verdict.message
+    assert_named(verdict, "values", f"too {side}")
 
 
 @pytest.mark.parametrize("value", ["4", "four", math.nan, True, torch.ones(2), torch.tensor(True), [4.0], 10**400])
 def test_judge_number_rejects_what_is_not_one_number(value):
     verdict = judge_number(value, 4.0, GUESSES)
-    assert not verdict.ok and verdict.mistake == "type", (value, verdict)
+    assert_named(verdict, "type")
 
 
 def test_judge_number_with_a_measured_zero():
     assert judge_number(0.0, 0.0).ok
-    assert judge_number(0.01, 0.0).mistake == "values"
+    assert_named(judge_number(0.01, 0.0), "values")
 
 
 @pytest.fixture
@@ -476,10 +473,23 @@ def test_progress_reports_the_last_verdict_of_each_checker(fresh_progress, capsy
     assert out == ["Double a tensor       ✓ passes", "Predict the variance  ✗ not yet",
                    "Never run             – not run yet", "1 of 3 exercises pass."]
 
-    assert check_demo_double(lambda x: x * x).mistake == "square"      # the latest verdict counts
+    assert_named(check_demo_double(lambda x: x * x), "square")      # the latest verdict counts
     progress(*exercises)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Double a tensor       ✗ not yet" and out[-1] == "0 of 3 exercises pass."
+
+
+@pytest.mark.parametrize("bad, shown", [
+    (("Double a tensor", "check_demo_double", "extra"), "('Double a tensor', 'check_demo_double', 'e"),
+    ("Double a tensor", "'Double a tensor' (str)"),                               # a title without its pair
+    (("Double a tensor", check_demo_double), "('Double a tensor', <function"),   # the checker, not its name
+])
+def test_progress_names_an_exercise_that_is_not_a_title_and_a_checker_name(fresh_progress, capsys, bad, shown):
+    with pytest.raises(TypeError) as e:
+        progress(("Predict the variance", "check_demo_prediction"), bad)
+    assert str(e.value).startswith("progress takes (title, checker name) pairs of strings"), e.value
+    assert f"exercise 1 is {shown}" in str(e.value), e.value
+    assert capsys.readouterr().out == ""                                          # nothing half-printed
 
 
 def test_progress_with_no_exercises(fresh_progress, capsys):

@@ -12,6 +12,7 @@ from attnlib.checks.batches import (
     check_position_ids,
     check_sliding_window_mask,
 )
+from conftest import assert_accepted, assert_named, stub
 
 # ---------------------------------------------------------------------------------------------- position ids
 
@@ -30,22 +31,19 @@ POSITION_WRONG = {
 
 def test_position_ids_solution_is_accepted():
     v = check_position_ids(good_positions)
-    assert v.ok and str(v).startswith("✓ correct: ")
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("label", sorted(POSITION_WRONG))
 def test_position_ids_mistakes_are_named(label):
     v = check_position_ids(POSITION_WRONG[label])
-    assert not v.ok and v.mistake == label and str(v).startswith("✗ not yet: ")
+    assert_named(v, label)
 
 
 def test_position_ids_stub_and_junk():
-    def stub(is_pad):
-        raise NotImplementedError
-
-    assert check_position_ids(stub).mistake == "stub"
-    assert check_position_ids(lambda is_pad: is_pad[:, :1]).mistake == "shape"
-    assert check_position_ids(3).mistake == "not-callable"
+    assert_named(check_position_ids(stub), "stub")
+    assert_named(check_position_ids(lambda is_pad: is_pad[:, :1]), "shape")
+    assert_named(check_position_ids(3), "not-callable")
 
 
 def test_position_ids_checker_is_not_fooled_by_a_function_that_mutates_its_input():
@@ -65,16 +63,16 @@ def test_nonzero_weights_prediction():
     B, T = len(n), max(n)
     right = sum(k * (k + 1) // 2 for k in n)
     assert right == 46   # the chapter's numbers: prompts of 5, 2 and 7 tokens
-    assert check_nonzero_weights(...).mistake == "stub"
+    assert_named(check_nonzero_weights(...), "stub")
     v = check_nonzero_weights(right)
     assert v.ok and "46" in str(v)
     assert check_nonzero_weights(float(right)).ok
     wrong = {"causal-only": B * T * (T + 1) // 2, "no-mask": B * T * T, "no-causal": T * sum(n),
              "real-square": sum(k * k for k in n), "pad-rows": right + sum(T - k for k in n)}
     for label, value in wrong.items():
-        assert check_nonzero_weights(value).mistake == label, label
-    assert check_nonzero_weights(45).mistake == "values"
-    assert check_nonzero_weights("46").mistake == "type"
+        assert_named(check_nonzero_weights(value), label)
+    assert_named(check_nonzero_weights(45), "values")
+    assert_named(check_nonzero_weights("46"), "type")
 
 
 # ---------------------------------------------------------------------------------------------- find the bug
@@ -110,14 +108,14 @@ GENERATION_WRONG = {
 def test_batched_generation_solutions_are_accepted():
     assert check_batched_generation(good_generation).ok
     v = check_batched_generation(lambda model, ids, is_pad, n: model.generate(ids, n, is_pad=is_pad))
-    assert v.ok and str(v).startswith("✓ correct: ")
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("label", sorted(GENERATION_WRONG))
 def test_batched_generation_mistakes_are_named(label):
     kw = GENERATION_WRONG[label]
     v = check_batched_generation(lambda m, i, p, n: buggy_generation(m, i, p, n, **kw))
-    assert not v.ok and v.mistake == label, (label, v)
+    assert_named(v, label)
 
 
 # ---------------------------------------------------------------------------------------------- sliding window
@@ -145,13 +143,13 @@ WINDOW_WRONG = {
 
 def test_sliding_window_solution_is_accepted():
     v = check_sliding_window_mask(good_window)
-    assert v.ok and str(v).startswith("✓ correct: ")
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("label", sorted(WINDOW_WRONG))
 def test_sliding_window_mistakes_are_named(label):
     v = check_sliding_window_mask(WINDOW_WRONG[label])
-    assert not v.ok and v.mistake == label, (label, v)
+    assert_named(v, label)
 
 
 def test_checkers_never_raise():

@@ -7,10 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib.checks import check_layer_norm, check_mlp, check_mlp_flops, check_pre_norm_block, check_rms_norm
-
-
-def stub(*args):
-    raise NotImplementedError
+from conftest import assert_accepted, assert_named, stub
 
 
 # ------------------------------------------------------------------------------------------ LayerNorm
@@ -53,7 +50,7 @@ def ln_no_centering(X, gamma, beta):
 @pytest.mark.parametrize("fn", [ln_ok, lambda X, g, b: F.layer_norm(X, X.shape[-1:], g, b)])
 def test_layer_norm_solution_is_accepted(fn):
     v = check_layer_norm(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(ln_wrong_axis, "wrong-axis"), (ln_unbiased, "unbiased-variance"),
@@ -62,7 +59,7 @@ def test_layer_norm_solution_is_accepted(fn):
                                        (stub, "stub")])
 def test_layer_norm_mistakes_are_named(fn, label):
     v = check_layer_norm(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_layer_norm_with_another_epsilon_fails():
@@ -102,7 +99,7 @@ def mlp_no_b2(X, W_1, b_1, W_2, b_2):
 
 def test_mlp_solution_is_accepted():
     v = check_mlp(mlp_ok)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(mlp_relu, "relu"), (mlp_linear, "no-activation"),
@@ -110,7 +107,7 @@ def test_mlp_solution_is_accepted():
                                        (mlp_no_b1, "no-bias"), (mlp_no_b2, "no-bias"), (stub, "stub")])
 def test_mlp_mistakes_are_named(fn, label):
     v = check_mlp(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 # ------------------------------------------------------------------------------------------ Pre-Norm block
@@ -153,7 +150,7 @@ def block_residual_normed(X, block):
 @pytest.mark.parametrize("fn", [block_ok, lambda X, block: block(X)])
 def test_block_solution_is_accepted(fn):
     v = check_pre_norm_block(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(block_mlp_from_X, "mlp-from-X"), (block_post_norm, "post-norm"),
@@ -163,7 +160,7 @@ def test_block_solution_is_accepted(fn):
                                        (block_residual_normed, "residual-normed"), (stub, "stub")])
 def test_block_mistakes_are_named(fn, label):
     v = check_pre_norm_block(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_a_block_answer_that_mutates_the_block_cannot_pass_or_change_later_verdicts():
@@ -184,12 +181,12 @@ T, D, D_FF = 10, 48, 128          # the question: MLP(d_model=48, d_ff=128) on T
 
 
 def test_mlp_flops_prediction():
-    assert check_mlp_flops(...).mistake == "stub"
+    assert_named(check_mlp_flops(...), "stub")
     v = check_mlp_flops(4 * T * D * D_FF)          # two matrices, 2 FLOPs per multiply-add, every token
     assert v.ok and "245,760" in v.message, v
     assert not check_mlp_flops(4 * T * D * D_FF + 2).ok
-    assert check_mlp_flops(100_000).mistake == "values"
-    assert check_mlp_flops("245760").mistake == "type"
+    assert_named(check_mlp_flops(100_000), "values")
+    assert_named(check_mlp_flops("245760"), "type")
 
 
 def test_the_mlp_flops_are_measured():
@@ -208,7 +205,7 @@ def test_the_mlp_flops_are_measured():
 ])
 def test_mlp_flops_guesses_are_named(guess, label):
     v = check_mlp_flops(guess)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
     assert f"{guess:,}" in v.message
 
 
@@ -249,7 +246,7 @@ def rms_over_T(X, gamma):
 @pytest.mark.parametrize("fn", [rms_ok, lambda X, g: X * torch.rsqrt(X.square().mean(-1, keepdim=True) + 1e-5) * g])
 def test_rms_norm_solution_is_accepted(fn):
     v = check_rms_norm(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(rms_centered, "centered"), (rms_std, "std-not-rms"),
@@ -258,4 +255,4 @@ def test_rms_norm_solution_is_accepted(fn):
                                        (rms_over_T, "wrong-axis"), (stub, "stub")])
 def test_rms_norm_mistakes_are_named(fn, label):
     v = check_rms_norm(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,12 +17,7 @@ from attnlib.checks import (
     check_fixed_sublayer,
     sublayer_with_bugs,
 )
-from conftest import assert_accepted, assert_named
-
-
-def stub(*args):
-    raise NotImplementedError
-
+from conftest import assert_accepted, assert_named, stub
 
 # --- the attention sublayer: one bug per reading question -----------------------------------------------------------
 
@@ -102,6 +98,16 @@ def test_sublayer_with_bugs_plants_exactly_the_bugs_asked_for():
     torch.testing.assert_close(sublayer_with_bugs(1, 2, 3, 4)(X, ln_1, *W), buggy_sublayer(X, ln_1, *W))
     with pytest.raises(ValueError, match="1, 2, 3, 4"):
         sublayer_with_bugs(5)
+    assert sublayer_with_bugs(np.int64(2)).__name__ == "sublayer_with_bugs_2"      # a NumPy integer is a number
+
+
+@pytest.mark.parametrize("questions, shown", [((1.0,), "got 1.0"), ((True,), "got True (bool)"),
+                                              ((2, [1, 4]), "question 2 of sublayer_with_bugs"),
+                                              (("1",), "got '1' (str)")])
+def test_sublayer_with_bugs_takes_question_numbers_only(questions, shown):
+    with pytest.raises(TypeError, match="must be a question number 1, 2, 3 or 4") as e:
+        sublayer_with_bugs(*questions)
+    assert shown in str(e.value), e.value
 
 
 def test_a_learner_who_changes_ln_1_in_place_does_not_change_the_reference():

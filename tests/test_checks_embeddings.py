@@ -187,10 +187,10 @@ def test_the_positions_bug_passes_one_sentence_and_fails_a_batch_of_one_silently
 def test_judge_never_raises_and_explains_errors_and_shapes():
     ref = lambda x: x * 2   # noqa: E731
     case = [(torch.ones(3),)]
-    assert judge(lambda x: 1 / 0, case, ref).mistake == "error"
-    assert judge(lambda x: x[:2] * 2, case, ref).mistake == "shape"
-    assert judge(lambda x: x * 3, case, ref).mistake == "values"
-    assert judge(lambda x: "text", case, ref).mistake == "type"
+    assert_named(judge(lambda x: 1 / 0, case, ref), "error")
+    assert_named(judge(lambda x: x[:2] * 2, case, ref), "shape")
+    assert_named(judge(lambda x: x * 3, case, ref), "values")
+    assert_named(judge(lambda x: "text", case, ref), "type")
     verdict = judge(lambda x: x * 2, case, ref)
     assert isinstance(verdict, Verdict) and verdict.ok and repr(verdict).startswith("✓")
     assert repr(judge(lambda x: x, case, ref)).startswith("✗ not yet")

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from attnlib import MultiHeadAttention
 from attnlib.checks.gqa import GQA_SHAPE, check_gqa_attention, check_gqa_cache_bytes, check_mean_pooled_kv
+from conftest import assert_named, stub
 
 # ------------------------------------------------------------------------------------------ GQA attention
 
@@ -67,10 +68,6 @@ def gqa_mean_queries(Q, K, V):
     return _causal(Q.reshape(B, K.shape[1], -1, T, d).mean(2), K, V)
 
 
-def gqa_stub(Q, K, V):
-    raise NotImplementedError
-
-
 def test_gqa_solutions_are_accepted():
     for fn in (gqa_solution, gqa_torch):
         v = check_gqa_attention(fn)
@@ -81,9 +78,9 @@ def test_gqa_mistakes_are_named():
     for fn, label in ((gqa_tiled, "tiled"), (gqa_Q_grouped_strided, "tiled"), (gqa_no_mask, "no-mask"),
                       (gqa_times_K, "weights-times-K"), (gqa_not_expanded, "not-expanded"),
                       (gqa_one_query_per_group, "fewer-queries"), (gqa_mean_queries, "mean-queries"),
-                      (gqa_stub, "stub")):
+                      (stub, "stub")):
         v = check_gqa_attention(fn)
-        assert not v.ok and v.mistake == label, (fn.__name__, v)
+        assert_named(v, label)
 
 
 def test_gqa_checker_does_not_raise_on_garbage():
@@ -100,8 +97,8 @@ def test_cache_bytes_prediction():
     d_head = s["d_model"] // s["h"]
     right = 2 * s["L"] * s["h_kv"] * d_head * 2
     assert right == 49152
-    assert check_gqa_cache_bytes(...).mistake == "stub"
-    assert check_gqa_cache_bytes(None).mistake == "stub"
+    assert_named(check_gqa_cache_bytes(...), "stub")
+    assert_named(check_gqa_cache_bytes(None), "stub")
     v = check_gqa_cache_bytes(right)
     assert v.ok and "49,152" in str(v)
     assert check_gqa_cache_bytes(torch.tensor(float(right))).ok
@@ -115,9 +112,9 @@ def test_cache_bytes_prediction():
     ]
     for label, value in wrong:
         v = check_gqa_cache_bytes(value)
-        assert not v.ok and v.mistake == label, (label, v)
-    assert check_gqa_cache_bytes(12345).mistake == "values"
-    assert check_gqa_cache_bytes("49152").mistake == "type"
+        assert_named(v, label)
+    assert_named(check_gqa_cache_bytes(12345), "values")
+    assert_named(check_gqa_cache_bytes("49152"), "type")
 
 
 # ------------------------------------------------------------------------------ extend: mean-pooled K/V
@@ -169,17 +166,14 @@ def test_mean_pooling_is_accepted_and_mistakes_are_named():
     assert v.ok, v
     for pool, label in ((total, "sum"), (strided_mean, "strided-groups"), (first, "first-head")):
         v = check_mean_pooled_kv(lambda m, k, pool=pool: _convert(m, k, pool))
-        assert not v.ok and v.mistake == label, (label, v)
+        assert_named(v, label)
 
 
 def test_mean_pooling_checker_explains_wrong_returns():
-    def stub(mha, h_kv):
-        raise NotImplementedError
-
-    assert check_mean_pooled_kv(stub).mistake == "stub"
-    assert check_mean_pooled_kv(lambda m, k: None).mistake == "none"
-    assert check_mean_pooled_kv(lambda m, k: m.W_QKV).mistake == "type"
-    assert check_mean_pooled_kv(lambda m, k: m).mistake == "heads"
+    assert_named(check_mean_pooled_kv(stub), "stub")
+    assert_named(check_mean_pooled_kv(lambda m, k: None), "none")
+    assert_named(check_mean_pooled_kv(lambda m, k: m.W_QKV), "type")
+    assert_named(check_mean_pooled_kv(lambda m, k: m), "heads")
 
 
 def test_mean_pooling_checker_is_not_fooled_by_a_learner_who_changes_the_input():

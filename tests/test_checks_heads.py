@@ -17,10 +17,7 @@ from attnlib.checks import (
     check_multi_head,
     check_split_heads,
 )
-
-
-def stub(*args):
-    raise NotImplementedError
+from conftest import assert_accepted, assert_named, stub
 
 
 def future(T):
@@ -55,7 +52,7 @@ def split_nothing(x, h):
 @pytest.mark.parametrize("fn", [split_ok, split_heads])
 def test_split_solution_is_accepted(fn):
     v = check_split_heads(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(split_no_transpose, "no-transpose"), (split_interleaved, "interleaved"),
@@ -63,7 +60,7 @@ def test_split_solution_is_accepted(fn):
                                        (stub, "stub")])
 def test_split_mistakes_are_named(fn, label):
     v = check_split_heads(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_split_tests_T_equal_to_d_head_and_not():
@@ -108,7 +105,7 @@ def merge_reversed(x):
 @pytest.mark.parametrize("fn", [merge_ok, merge_heads, lambda x: torch.cat(list(x.unbind(1)), dim=-1)])
 def test_merge_solution_is_accepted(fn):
     v = check_merge_heads(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(merge_no_transpose, "no-transpose"), (merge_interleaved, "interleaved"),
@@ -116,7 +113,7 @@ def test_merge_solution_is_accepted(fn):
                                        (stub, "stub")])
 def test_merge_mistakes_are_named(fn, label):
     v = check_merge_heads(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 # ------------------------------------------------------------------------------------------ multi-head
@@ -172,7 +169,7 @@ def mha_QtK(X, W_Q, W_K, W_V, W_O, h):
 @pytest.mark.parametrize("fn", [mha_ok, mha_per_head])
 def test_multi_head_solution_is_accepted(fn):
     v = check_multi_head(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("fn, label", [(mha_no_W_O, "no-W_O"), (mha_sqrt_d_model, "sqrt-d_model"),
@@ -180,7 +177,7 @@ def test_multi_head_solution_is_accepted(fn):
                                        (mha_QtK, "scores-QtK"), (stub, "stub")])
 def test_multi_head_mistakes_are_named(fn, label):
     v = check_multi_head(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 # ------------------------------------------------------------------------------------------ find the bug
@@ -218,7 +215,7 @@ def test_fixed_multi_head_accepts_the_fix():
                                        (stub, "stub")])
 def test_fixed_multi_head_mistakes_are_named(fn, label):
     v = check_fixed_multi_head(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_the_buggy_multi_head_runs_silently_and_is_wrong():
@@ -231,12 +228,12 @@ def test_the_buggy_multi_head_runs_silently_and_is_wrong():
 def test_parameter_prediction():
     d, h = 96, 8
     assert sum(p.numel() for p in MultiHeadAttention(d, h).parameters()) == 4 * d * d + 4 * d
-    assert check_attention_parameters(...).mistake == "stub"
+    assert_named(check_attention_parameters(...), "stub")
     v = check_attention_parameters(4 * d * d + 4 * d)
     assert v.ok and "37,248" in v.message, v
     assert not check_attention_parameters(4 * d * d + 4 * d + 1).ok          # a count is exact
-    assert check_attention_parameters(12345).mistake == "values"
-    assert check_attention_parameters("many").mistake == "type"
+    assert_named(check_attention_parameters(12345), "values")
+    assert_named(check_attention_parameters("many"), "type")
 
 
 @pytest.mark.parametrize("guess, label", [
@@ -245,5 +242,5 @@ def test_parameter_prediction():
 ])
 def test_parameter_guesses_are_named(guess, label):
     v = check_attention_parameters(guess)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
     assert f"{guess:,}" in v.message

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnlib.checks import check_causal_mask, check_masked_weights, check_padded_causal_weights
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 NEG_INF = float("-inf")
 
@@ -49,10 +49,6 @@ def mask_keep_bool(T):  # SDPA's boolean convention: True = may attend
     return torch.ones(T, T, dtype=torch.bool).tril()
 
 
-def stub_mask(T):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [mask_solution, mask_solution_additive])
 def test_causal_mask_solutions_pass(fn):
     assert_accepted(check_causal_mask(fn))
@@ -65,7 +61,7 @@ def test_causal_mask_solutions_pass(fn):
     (mask_zero_one, "zero-one"),
     (mask_bool, "zero-one"),
     (mask_keep_bool, "keep-mask"),
-    (stub_mask, "stub"),
+    (stub, "stub"),
 ])
 def test_causal_mask_mistakes_are_named(fn, label):
     assert_named(check_causal_mask(fn), label)
@@ -92,7 +88,7 @@ def test_a_finite_fill_in_float16_or_float64_is_named_finite():
 
 def test_a_small_finite_fill_is_not_called_a_stand_in_for_minus_infinity():
     v = check_causal_mask(lambda T: torch.zeros(T, T).masked_fill(upper(T), -1.0))
-    assert not v.ok and v.mistake == "values", v
+    assert_named(v, "values")
 
 
 def test_the_mask_checker_tries_an_odd_and_an_even_T():
@@ -163,10 +159,6 @@ def weights_fill_float32_min(S):
     return torch.softmax(S.masked_fill(future_of(S), torch.finfo(torch.float32).min), dim=-1)
 
 
-def stub_weights(S):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [weights_solution, weights_solution_renormalised, weights_solution_finfo_min])
 def test_masked_weights_solutions_pass(fn):
     assert_accepted(check_masked_weights(fn))
@@ -182,7 +174,7 @@ def test_masked_weights_solutions_pass(fn):
     (weights_multiplied, "multiplied"),
     (weights_fill_minus_1e9, "finite"),        # passes in float32, refused by masked_fill in float16
     (weights_fill_float32_min, "finite"),
-    (stub_weights, "stub"),
+    (stub, "stub"),
 ])
 def test_masked_weights_mistakes_are_named(fn, label):
     assert_named(check_masked_weights(fn), label)
@@ -200,8 +192,8 @@ def test_the_weights_checker_includes_float16_scores():
 
 
 def test_an_unrecognised_answer_gets_a_generic_verdict():
-    assert check_causal_mask(lambda T: torch.zeros(T, T)).mistake == "values"
-    assert check_masked_weights(lambda S: S[..., :2]).mistake == "shape"
+    assert_named(check_causal_mask(lambda T: torch.zeros(T, T)), "values")
+    assert_named(check_masked_weights(lambda S: S[..., :2]), "shape")
 
 
 def test_a_learner_who_edits_the_input_in_place_does_not_change_later_checks():
@@ -278,10 +270,6 @@ def padded_zeroed_after(S, is_pad):
     return P.masked_fill(is_pad[:, None, :], 0.0)
 
 
-def stub_padded(S, is_pad):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [padded_solution, padded_solution_nan_to_num, padded_solution_sdpa_style])
 def test_padded_causal_solutions_pass(fn):
     assert_accepted(check_padded_causal_weights(fn))
@@ -296,7 +284,7 @@ def test_padded_causal_solutions_pass(fn):
     (padded_inverted, "inverted-padding"),
     (padded_inverted_nan, "inverted-padding"),
     (padded_zeroed_after, "after-softmax"),
-    (stub_padded, "stub"),
+    (stub, "stub"),
 ])
 def test_padded_causal_mistakes_are_named(fn, label):
     assert_named(check_padded_causal_weights(fn), label)
@@ -323,5 +311,6 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
     ]:
         for m in mistakes:
             v = check(m.wrong)
-            assert not v.ok and v.mistake == m.label and v.message == m.hint, (m.label, v)
+            assert_named(v, m.label)
+            assert v.message == m.hint, (m.label, v)
         assert_mistakes_distinct(cases[0], reference, mistakes)

@@ -145,7 +145,7 @@ D_HEAD = D_MODEL // H
 
 
 def test_qkv_params_stub_right_number_and_each_typical_guess():
-    assert check_qkv_params(...).mistake == "stub"
+    assert_named(check_qkv_params(...), "stub")
     right = H * 3 * (D_MODEL * D_HEAD + D_HEAD)
     assert right == 3 * (D_MODEL**2 + D_MODEL) == 1_771_776
     assert_accepted(check_qkv_params(right))
@@ -160,8 +160,8 @@ def test_qkv_params_stub_right_number_and_each_typical_guess():
     }
     for label, value in guesses.items():
         assert_named(check_qkv_params(value), label)
-    assert check_qkv_params(right + 1000).mistake == "values"
-    assert check_qkv_params("many").mistake == "type"
+    assert_named(check_qkv_params(right + 1000), "values")
+    assert_named(check_qkv_params("many"), "type")
 
 
 def test_qkv_params_are_counted_from_real_modules():
@@ -185,5 +185,5 @@ def test_cross_kv_names_the_shapes_that_came_back():
         return X_kv @ W_K, (X_kv @ W_V)[..., :2]
 
     verdict = check_cross_kv(narrow_values)
-    assert verdict.mistake == "shape"
+    assert_named(verdict, "shape")
     assert "(5, 4), (5, 4)" in verdict.message and "(5, 4), (5, 2)" in verdict.message

@@ -113,8 +113,8 @@ def test_forgetting_the_transpose_fails_on_shapes_when_d_k_differs_from_T():
 # ---- predict: the variance of the scaled score when q and k have components of variance 4 ------------------------
 
 def test_scaled_variance_stub_right_number_and_each_typical_guess():
-    assert check_scaled_variance(...).mistake == "stub"
-    assert check_scaled_variance(None).mistake == "stub"
+    assert_named(check_scaled_variance(...), "stub")
+    assert_named(check_scaled_variance(None), "stub")
     sigma2, d_k = 4, 64
     assert_accepted(check_scaled_variance(sigma2 * sigma2))
     assert_accepted(check_scaled_variance(15.5))
@@ -128,8 +128,8 @@ def test_scaled_variance_stub_right_number_and_each_typical_guess():
     }
     for label, value in guesses.items():
         assert_named(check_scaled_variance(value), label)
-    assert check_scaled_variance(40).mistake == "values"
-    assert check_scaled_variance([16]).mistake == "type"
+    assert_named(check_scaled_variance(40), "values")
+    assert_named(check_scaled_variance([16]), "type")
 
 
 def test_scaled_variance_is_measured_and_reported():

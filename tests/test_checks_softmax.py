@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlib.checks import check_attention_output, check_fixed_head, check_softmax_jacobian, check_stable_softmax
-from conftest import assert_accepted, assert_named
+from conftest import assert_accepted, assert_named, stub
 
 # ---- check_stable_softmax: fn(z) -> softmax along the last axis -----------------------------------------
 
@@ -50,10 +50,6 @@ def softmax_unnormalised(z):
     return (z - z.amax(dim=-1, keepdim=True)).exp()
 
 
-def stub_softmax(z):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [softmax_solution, softmax_solution_logsumexp, lambda z: torch.softmax(z, dim=-1)])
 def test_stable_softmax_solutions_pass(fn):
     v = check_stable_softmax(fn)
@@ -67,11 +63,11 @@ def test_stable_softmax_solutions_pass(fn):
     (softmax_dim0, "wrong-axis"),
     (softmax_dim1, "wrong-axis"),
     (softmax_unnormalised, "not-normalised"),
-    (stub_softmax, "stub"),
+    (stub, "stub"),
 ])
 def test_stable_softmax_mistakes_are_named(fn, label):
     v = check_stable_softmax(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 # ---- check_attention_output: fn(Q, K, V) -> (..., T, d_v) -----------------------------------------------
@@ -131,10 +127,6 @@ def output_QtK(Q, K, V):
     return torch.softmax(S, dim=-1) @ V
 
 
-def stub_output(Q, K, V):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [output_solution, output_sdpa])
 def test_attention_output_solutions_pass(fn):
     v = check_attention_output(fn)
@@ -150,11 +142,11 @@ def test_attention_output_solutions_pass(fn):
     (output_wrong_axis, "wrong-axis"),
     (output_scale_by_T, "scale-by-T"),
     (output_QtK, "Qt-K"),
-    (stub_output, "stub"),
+    (stub, "stub"),
 ])
 def test_attention_output_mistakes_are_named(fn, label):
     v = check_attention_output(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_the_attention_cases_have_T_equal_to_d_k_first_and_T_different_from_d_k():
@@ -216,10 +208,6 @@ def jacobian_one_row_broadcast(z):
     return torch.diag(p) - p.unsqueeze(1) * p.unsqueeze(0)
 
 
-def stub_jacobian(z):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("fn", [jacobian_solution, jacobian_solution_einsum])
 def test_softmax_jacobian_solutions_pass(fn):
     assert_accepted(check_softmax_jacobian(fn))
@@ -233,7 +221,7 @@ def test_softmax_jacobian_solutions_pass(fn):
     (jacobian_naive, "naive-softmax"),
     (jacobian_one_row, "not-batched"),
     (jacobian_one_row_broadcast, "not-batched"),
-    (stub_jacobian, "stub"),
+    (stub, "stub"),
 ])
 def test_softmax_jacobian_mistakes_are_named(fn, label):
     assert_named(check_softmax_jacobian(fn), label)
@@ -300,7 +288,7 @@ def test_fixed_head_solutions_pass(fn):
     (einsum_head_column_sum, "column-sum"),
     (einsum_head_times_K, "times-K"),
     (einsum_head_no_mask, "no-mask"),
-    (stub_output, "stub"),
+    (stub, "stub"),
 ])
 def test_fixed_head_mistakes_are_named(fn, label):
     assert_named(check_fixed_head(fn), label)
@@ -321,9 +309,9 @@ def test_the_planted_bug_runs_silently_and_reads_the_future():
 
 
 def test_an_unrecognised_answer_gets_a_generic_verdict():
-    assert check_stable_softmax(lambda z: torch.zeros_like(z)).mistake == "values"
-    assert check_attention_output(lambda Q, K, V: Q[..., :1]).mistake == "shape"
-    assert check_fixed_head(lambda Q, K, V: torch.zeros_like(V)).mistake == "values"
+    assert_named(check_stable_softmax(lambda z: torch.zeros_like(z)), "values")
+    assert_named(check_attention_output(lambda Q, K, V: Q[..., :1]), "shape")
+    assert_named(check_fixed_head(lambda Q, K, V: torch.zeros_like(V)), "values")
 
 
 def test_every_planted_mistake_is_recognised_as_itself():
@@ -338,7 +326,8 @@ def test_every_planted_mistake_is_recognised_as_itself():
     ]:
         for m in mistakes:
             v = check(m.wrong)
-            assert not v.ok and v.mistake == m.label and v.message.startswith(m.hint), (m.label, v)
+            assert_named(v, m.label)
+            assert v.message.startswith(m.hint), v
         assert_distinct_on_some_case(cases, ref, mistakes)
 
 

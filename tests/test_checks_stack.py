@@ -14,11 +14,7 @@ from attnlib.checks import (
     check_next_token_windows,
     check_run_stack,
 )
-
-
-def stub(*args):
-    raise NotImplementedError
-
+from conftest import assert_accepted, assert_named, stub
 
 # --- build_blocks -------------------------------------------------------------------------------------------------
 
@@ -80,7 +76,7 @@ def build_generator(L, d_model, h):
 ])
 def test_build_blocks_mistakes(fn, label):
     v = check_build_blocks(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_build_blocks_reports_a_parameter_count_as_a_count():
@@ -97,7 +93,7 @@ def test_build_blocks_says_what_a_plain_list_hides():
 
 def test_build_blocks_solution_and_stub():
     assert check_build_blocks(build_ok).ok
-    assert check_build_blocks(stub).mistake == "stub"
+    assert_named(check_build_blocks(stub), "stub")
 
 
 def test_build_blocks_leaves_the_random_state_alone():
@@ -112,7 +108,7 @@ def test_build_blocks_leaves_the_random_state_alone():
                                 lambda L, d, h: 3])
 def test_build_blocks_rejects_other_things(fn):
     v = check_build_blocks(fn)
-    assert not v.ok and v.mistake == "type", v
+    assert_named(v, "type")
 
 
 # --- run_stack ----------------------------------------------------------------------------------------------------
@@ -163,12 +159,12 @@ def run_norm_first(X0, blocks, ln_f):
 ])
 def test_run_stack_mistakes(fn, label):
     v = check_run_stack(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_run_stack_solution_and_stub():
     assert check_run_stack(run_ok).ok
-    assert check_run_stack(stub).mistake == "stub"
+    assert_named(check_run_stack(stub), "stub")
 
 
 def test_a_run_stack_answer_that_mutates_the_modules_cannot_pass_or_change_later_verdicts():
@@ -180,7 +176,7 @@ def test_a_run_stack_answer_that_mutates_the_modules_cannot_pass_or_change_later
 
     assert not check_run_stack(make_ln_f_plain).ok
     assert check_run_stack(run_ok).ok
-    assert check_run_stack(run_no_norm).mistake == "no-final-norm"
+    assert_named(check_run_stack(run_no_norm), "no-final-norm")
 
 
 # --- next_token_windows -------------------------------------------------------------------------------------------
@@ -219,12 +215,12 @@ def windows_by_two(data, starts, T):
 ])
 def test_windows_mistakes(fn, label):
     v = check_next_token_windows(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_windows_solution_and_stub():
     assert check_next_token_windows(windows_ok).ok
-    assert check_next_token_windows(stub).mistake == "stub"
+    assert_named(check_next_token_windows(stub), "stub")
 
 
 # --- cached generation (extend) ----------------------------------------------------------------------------------
@@ -300,14 +296,14 @@ def generate_recomputing(model, ids, n_new):
 @pytest.mark.parametrize("fn", [generate_cached, generate_with_library_cache])
 def test_cached_generation_solution_is_accepted(fn):
     v = check_cached_generation(fn)
-    assert v.ok and v.mistake is None, v
+    assert_accepted(v)
 
 
 @pytest.mark.parametrize("label", ["no-offset", "top-left-mask", "not-self", "cache-not-updated",
                                    "prompt-unmasked"])
 def test_cached_generation_mistakes_are_named(label):
     v = check_cached_generation(_variant(label))
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 @pytest.mark.parametrize("fn, label", [
@@ -318,7 +314,7 @@ def test_cached_generation_mistakes_are_named(label):
 ])
 def test_cached_generation_other_failures(fn, label):
     v = check_cached_generation(fn)
-    assert not v.ok and v.mistake == label, v
+    assert_named(v, label)
 
 
 def test_cached_generation_cases_have_clear_greedy_choices():

@@ -10,11 +10,7 @@ import pytest
 import torch
 
 from attnlib.checks import buggy_tiled_attention, check_fixed_tiled_attention, check_online_step, check_tile_count
-from conftest import assert_accepted, assert_named
-
-
-def stub(*args):
-    raise NotImplementedError
+from conftest import assert_accepted, assert_named, stub
 
 
 # ------------------------------------------------------------------------------------------ one online step

@@ -218,3 +218,18 @@ def test_count_ops_counts_every_operator_call():
     q = torch.randn(1, 1, 256, 64)   # large enough for torch's fused CPU kernel: one operator
     assert count_ops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)) == 1
     assert count_ops(lambda: attention(q, q, q)) > 10       # the book's step-by-step path
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("d_ff", [None, 20])
+def test_block_params_count_the_parameters_of_the_block_with_and_without_biases(bias, d_ff):
+    """block_params(bias=False) once still counted the MLP's biases and the LayerNorms' shifts."""
+    block = Block(16, 4, d_ff, bias=bias)
+    p = block_params(16, d_ff, bias=bias)
+    assert p["block"] == sum(t.numel() for t in block.parameters())
+    assert p["qkv"] == sum(t.numel() for t in block.attn.W_QKV.parameters())
+    assert p["W_O"] == sum(t.numel() for t in block.attn.W_O.parameters())
+    assert p["mlp"] == sum(t.numel() for t in block.mlp.parameters())
+    assert p["layernorms"] == sum(t.numel() for ln in (block.ln_1, block.ln_2) for t in ln.parameters())
+    from attnlib.costs import attention_params
+    assert attention_params(16, 4, bias=bias)["attention"] == sum(t.numel() for t in block.attn.parameters())

@@ -94,3 +94,39 @@ def test_results_agree_across_devices():
         on_cpu = model(ids)
         on_device = model.to(device)(ids.to(device)).cpu()
     torch.testing.assert_close(on_device, on_cpu, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync debug mode needs CUDA")
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_generated_token_costs_no_cuda_sync(padded):
+    """The CUDA side of tests/test_model_syncs.py: 7 more tokens warn of no more syncs than 1 token does."""
+    import warnings
+
+    from attnlib import pad_prompts
+
+    torch.manual_seed(0)
+    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=24).cuda().eval()
+    ids, is_pad = (t.cuda() for t in pad_prompts([torch.tensor([1, 2, 3, 4]), torch.tensor([5, 6])], 0))
+
+    def warned(n_new):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                model.generate(ids, n_new, is_pad=is_pad if padded else None)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    assert warned(8) == warned(1)
+
+
+def test_train_moves_the_model_to_the_device_it_is_given():
+    """train(device=...) trains there: the model moves with the batches."""
+    from attnlib.train import train
+
+    device = pick_device()
+    torch.manual_seed(0)
+    model = GPT(vocab_size=11, d_model=8, h=2, L=1, max_T=8)
+    losses = train(model, torch.arange(60) % 11, steps=2, T=4, B=2, device=device)
+    assert len(losses) == 2 and next(model.parameters()).device.type == device.type

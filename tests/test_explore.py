@@ -183,6 +183,16 @@ def test_figure_size_stays_small():
     (lambda: model_scores(GPT(10, 8, 2, 1), [1, 2]), TypeError, ["torch.Tensor", "list"]),
     (lambda: model_scores(GPT(10, 8, 2, 1), torch.ones(2, 3, dtype=torch.long)), ValueError,
      ["one sequence", "(2, 3)"]),
+    # on another device ("meta" stands in for a GPU: it holds no values to copy to the CPU)
+    (lambda: explore(raw(6, 6).to("meta"), TOKENS, 8), ValueError, ["S", "meta", "no values"]),
+    (lambda: model_scores(GPT(10, 8, 2, 1), torch.tensor([1, 2], device="meta")), ValueError,
+     ["ids", "meta", "no values"]),
+    # the model's own check of its ids is skipped inside model_scores' call, so model_scores checks them
+    (lambda: model_scores(GPT(10, 8, 2, 1), torch.tensor([1, 12])), ValueError, ["12", "0..9"]),
+    (lambda: model_scores(GPT(10, 8, 2, 1, max_T=4), torch.ones(5, dtype=torch.long)), ValueError,
+     ["T=5", "max_T=4"]),
+    (lambda: model_scores(GPT(10, 8, 2, 1, norm="post"), torch.tensor([1, 2])), ValueError,
+     ["Pre-Norm", "'post'"]),
 ])
 def test_bad_input_names_expected_and_actual(call, error, words):
     with pytest.raises(error) as info:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import faulthandler
 import functools
-import inspect
 import math
 import os
 import signal
@@ -47,6 +46,7 @@ from attnlib import (  # noqa: E402
     Block,
     CharTokenizer,
     FusedProjections,
+    GPTConfig,
     KVCache,
     LearnedPositions,
     MultiHeadAttention,
@@ -74,7 +74,7 @@ from attnlib import (  # noqa: E402
     split_heads,
     train,
 )
-from attnlib.embedding import check_ids  # noqa: E402
+from attnlib.embedding import require_ids  # noqa: E402
 
 LIB = Path(attnlib.__file__).resolve().parent
 TIMEOUT_S = 10.0
@@ -483,31 +483,34 @@ def _gpt(data):
 
 def entry_gpt_forward(data):
     model = _gpt(data)
-    return Entry("GPT.forward", model, {"ids": Arg("B T", torch.int64, high=model.vocab_size)},
+    V = model.config.vocab_size
+    return Entry("GPT.forward", model, {"ids": Arg("B T", torch.int64, high=V)},
                  _dims(data, "B", "T"))
 
 
 def entry_gpt_hidden(data):
     model = _gpt(data)
-    return Entry("GPT.hidden_states", model.hidden_states, {"ids": Arg("B T", torch.int64, high=model.vocab_size)},
+    V = model.config.vocab_size
+    return Entry("GPT.hidden_states", model.hidden_states, {"ids": Arg("B T", torch.int64, high=V)},
                  _dims(data, "B", "T"))
 
 
 def entry_gpt_loss(data):
     model = _gpt(data)
-    return Entry("GPT.loss", model.loss, {"ids": Arg("B T", torch.int64, high=model.vocab_size, linked=("B", "T")),
-                                          "targets": Arg("B T", torch.int64, high=model.vocab_size, linked=("B", "T"))},
+    V = model.config.vocab_size
+    return Entry("GPT.loss", model.loss, {"ids": Arg("B T", torch.int64, high=V, linked=("B", "T")),
+                                          "targets": Arg("B T", torch.int64, high=V, linked=("B", "T"))},
                  _dims(data, "B", "T"), empty_batch=False)
 
 
 def entry_gpt_generate(data):
     model, use_cache = _gpt(data), data.draw(st.booleans(), label="use_cache")
     return Entry("GPT.generate", lambda ids: model.generate(ids, 2, use_cache=use_cache),
-                 {"ids": Arg("B T", torch.int64, high=model.vocab_size)}, _dims(data, "B", "T"))
+                 {"ids": Arg("B T", torch.int64, high=model.config.vocab_size)}, _dims(data, "B", "T"))
 
 
 def entry_check_ids(data):
-    return Entry("check_ids", lambda ids: check_ids(ids, 5).long(), {"ids": Arg("B T", torch.int64, high=5,
+    return Entry("require_ids", lambda ids: require_ids(ids, 5).long(), {"ids": Arg("B T", torch.int64, high=5,
                                                                           optional_lead=True)},
                  _dims(data, "B", "T"))
 
@@ -1056,12 +1059,6 @@ def test_other_entry_points_reject_bad_input(call, fragments):
     rejects(call, *fragments)
 
 
-@pytest.mark.parametrize("obj", [3, None, "GPT"])
-def test_show_source_names_what_it_needs(obj):
-    """show_source hands its argument to inspect.getsource, whose TypeError already names both."""
-    rejects(lambda: attnlib.show_source(obj), "class", type(obj).__name__, origin=Path(inspect.__file__).parent)
-
-
 OTHER_GOOD_CALLS = [
     ("attention_heatmap(numpy) == (tensor)", _fig(lambda: plots.attention_heatmap(np.eye(2), ["a", "b"]).get_title()),
      _fig(lambda: plots.attention_heatmap(torch.eye(2), ["a", "b"]).get_title())),
@@ -1086,3 +1083,286 @@ OTHER_GOOD_CALLS = [
 def test_other_legitimate_variants_give_the_plain_result(variant, plain):
     assert same(run(variant), run(plain))
     CASES["legitimate variants accepted"] += 1
+
+
+# ---------------------------------------------------------------------------------------------- tiled, batches, costs,
+# explore, runtime: rows that start blocked, counted parameters, devices, prompts, show_source, seeds
+
+
+@settings(FUZZ, max_examples=40)
+@given(data=st.data())
+def test_online_softmax_of_rows_that_start_blocked_equals_softmax(data):
+    """A row whose first blocks are all −inf (left padding, a window) is finite and equals attnlib.softmax."""
+    from attnlib.tiled import online_softmax, online_softmax_step
+
+    n = data.draw(st.integers(1, 12), label="n")
+    block = data.draw(st.integers(1, n + 2), label="block")
+    blocked = data.draw(st.lists(st.integers(0, n), min_size=3, max_size=3), label="blocked keys per row")
+    S = randn((3, n), data.draw(st.integers(0, 2**16), label="seed"), torch.float64)
+    for r, k in enumerate(blocked):
+        S[r, :k] = float("-inf")                            # k leading keys blocked (k = n: nothing to read)
+    got = run(lambda: online_softmax(S, block))
+    readable = torch.tensor([k < n for k in blocked])
+    assert not got[readable].isnan().any()
+    torch.testing.assert_close(got, softmax(S), rtol=0, atol=1e-15, equal_nan=True)
+    m, l = S.new_full((3,), float("-inf")), S.new_zeros(3)
+    _, l_new, rescale, P_blk = run(lambda: online_softmax_step(m, l, S[:, :block]))
+    assert not (l_new.isnan().any() or rescale.isnan().any() or P_blk.isnan().any())
+    CASES["legitimate variants accepted"] += 1
+
+
+@settings(FUZZ, max_examples=12)
+@given(d_model=st.integers(1, 12), d_ff=st.one_of(st.none(), st.integers(1, 12)), bias=st.booleans())
+def test_block_params_count_what_the_block_holds(d_model, d_ff, bias):
+    block = seeded(lambda: Block(d_model, 1, d_ff, bias=bias))
+    assert run(lambda: costs.block_params(d_model, d_ff, bias=bias))["block"] == sum(
+        t.numel() for t in block.parameters())
+    CASES["legitimate variants accepted"] += 1
+
+
+def _meta(x: torch.Tensor) -> torch.Tensor:
+    return x.to("meta")
+
+
+def _model_scores(*args):
+    import importlib
+
+    return importlib.import_module("attnlib.explore").model_scores(*args)   # attnlib.explore is the function
+
+
+DEVICE_CALLS = [
+    # (what, call, fragments): a "meta" tensor stands in for another device; it holds no values to read
+    ("pad_prompts(meta prompt after a cpu one)",
+     lambda: attnlib.batches.pad_prompts([torch.tensor([1, 2]), _meta(torch.tensor([3]))], 0),
+     ("prompts[1]", "meta", "prompts[0]", "cpu")),
+    ("pad_prompts(all on meta)", lambda: attnlib.batches.pad_prompts([_meta(torch.tensor([1, 2]))], 0),
+     ("meta", "no values")),
+    ("explore(S on meta)", lambda: attnlib.explore(_meta(torch.zeros(3, 3)), list("abc"), 4),
+     ("S", "meta", "no values")),
+    ("model_scores(ids on meta)", lambda: _model_scores(small_gpt(9, "learned"), _meta(torch.tensor([1, 2]))),
+     ("ids", "meta", "no values")),
+]
+
+
+@pytest.mark.parametrize("call,fragments", [c[1:] for c in DEVICE_CALLS], ids=[c[0] for c in DEVICE_CALLS])
+def test_tensors_on_another_device_are_rejected_before_their_values_are_read(call, fragments):
+    rejects(call, *fragments)
+
+
+@settings(FUZZ, max_examples=20)
+@given(lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
+def test_a_bad_id_in_pad_prompts_names_its_prompt_and_position(lengths, data):
+    prompts = [torch.arange(1, n + 1) for n in lengths]
+    k = data.draw(st.integers(0, len(lengths) - 1), label="prompt")
+    t = data.draw(st.integers(0, lengths[k] - 1), label="position")
+    bad = data.draw(st.integers(-10**6, -1), label="id")
+    prompts[k][t] = bad
+    rejects(lambda: attnlib.batches.pad_prompts(prompts, 0), f"prompts[{k}]", f"position {t}", str(bad))
+
+
+@pytest.mark.parametrize("obj", [3, None, "GPT", len, torch.softmax, attnlib.GPT(9, 4, 2, 1).config])
+def test_show_source_rejects_what_has_no_python_source(obj):
+    """Its own TypeError, before inspect.getsource sees the object (it once raised inside inspect)."""
+    rejects(lambda: attnlib.show_source(obj), "function", "class", type(obj).__name__)
+
+
+@pytest.mark.parametrize("seed", [1.5, 2.0, np.float64(3.0), torch.tensor(0.5), "1", True])
+def test_a_seed_that_is_not_an_integer_is_rejected_not_truncated(seed):
+    rejects(lambda: runtime.seed_everything(seed), "seed", "integer")
+    rejects(lambda: runtime.setup(seed), "seed", "integer")
+
+
+# ------------------------------------------------------------------ issue 19: the model's config and entry points
+
+
+def _tiny_gpt(**options):
+    return seeded(lambda: GPT(vocab_size=7, d_model=8, h=2, L=1, max_T=8, **options))
+
+
+META_CALLS = [
+    ("GPT.forward", lambda m, ids: m(ids)), ("GPT.hidden_states", lambda m, ids: m.hidden_states(ids)),
+    ("GPT.loss", lambda m, ids: m.loss(ids, ids)), ("GPT.generate", lambda m, ids: m.generate(ids, 2)),
+    ("GPT.embed_tokens", lambda m, ids: m.embed_tokens(ids)),
+]
+
+
+@pytest.mark.parametrize("call", [c[1] for c in META_CALLS], ids=[c[0] for c in META_CALLS])
+@pytest.mark.parametrize("model_on", ["cpu", "meta"])
+def test_ids_on_the_meta_device_are_refused_before_any_read(call, model_on):
+    model = _tiny_gpt().to(model_on)
+    rejects(lambda: call(model, torch.zeros(1, 3, dtype=torch.long, device="meta")), "meta", "ids")
+
+
+def test_next_token_windows_refuses_meta_starts():
+    rejects(lambda: train.next_token_windows(torch.arange(9), torch.tensor([1], device="meta"), 4), "meta", "starts")
+
+
+@pytest.mark.parametrize("convert", ["to_torch_mha", "to_torch_layer"])
+def test_torch_references_refuse_grouped_query_layers(convert):
+    block = Block(16, 4, h_kv=2)
+    layer = block.attn if convert == "to_torch_mha" else block
+    rejects(lambda: getattr(reference, convert)(layer), "h_kv=2", "h=4", "grouped-query")
+
+
+def test_gpt_config_stores_plain_python_values():
+    config = GPTConfig(np.int64(10), np.int32(8), np.int64(2), np.int64(1), d_ff=np.int64(12), max_T=np.int16(6),
+                       tie=np.bool_(True), eps=np.float32(1e-5), h_kv=np.int64(1))
+    assert all(type(getattr(config, k)) is int for k in ("vocab_size", "d_model", "h", "L", "d_ff", "max_T", "h_kv"))
+    assert type(config.tie) is bool and type(config.eps) is float and config.d_head == 4
+    assert GPT(config).config is config
+
+
+def test_to_gpt2_takes_a_model_built_from_numpy_sizes():
+    pytest.importorskip("transformers")
+    from attnlib.gpt2 import to_gpt2, weight_pairs
+
+    gpt = seeded(lambda: GPT(np.int64(10), np.int64(8), np.int64(2), np.int64(1), max_T=np.int64(6))).eval()
+    hf = to_gpt2(gpt)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.allclose(hf(ids).logits, gpt(ids), atol=1e-5)
+    tied = _tiny_gpt(tie=True)
+    untied = to_gpt2(_tiny_gpt())
+    rejects(lambda: weight_pairs(tied, untied), "tie=True", "lm_head", "wte")
+
+
+@pytest.mark.parametrize("make,fragments", [
+    (lambda: GPTConfig(-3), ["vocab_size", "-3"]),
+    (lambda: GPTConfig(10, d_model=6, h=4), ["d_model=6", "h=4"]),
+    (lambda: GPTConfig(10, h_kv=3), ["h_kv=3"]),
+    (lambda: GPTConfig(10, norm="middle"), ["norm", "'middle'"]),
+    (lambda: GPTConfig(10, backend="flash"), ["backend", "'flash'"]),
+    (lambda: GPTConfig(10, d_ff=0), ["d_ff", "0"]),
+    (lambda: GPT(GPTConfig(10), d_model=8), ["GPTConfig alone", "d_model=8", "replace"]),
+    (lambda: GPT({"vocab_size": 10}), ["GPTConfig", "dict"]),
+    (lambda: GPT("10"), ["vocab_size", "'10'"]),
+])
+def test_gpt_config_checks_every_option_once(make, fragments):
+    rejects(make, *fragments)
+
+
+def test_a_gpt_too_large_for_memory_names_the_size_that_asks():
+    with pytest.raises(MemoryError) as e:
+        GPT(10**12)
+    assert "vocab_size=1000000000000" in str(e.value) and "bytes" in str(e.value)
+    with torch.device("meta"):
+        assert GPT(10**9, 8, 2, 1).embed.table.is_meta   # on meta nothing is allocated: no limit
+
+
+def test_caches_of_none_say_what_a_cache_is():
+    model = _tiny_gpt()
+    rejects(lambda: model(torch.zeros(1, 2, dtype=torch.long), [None]), "caches[0]", "KVCache", "None")
+    rejects(lambda: model(torch.zeros(1, 2, dtype=torch.long), [3]), "caches[0]", "KVCache", "got 3")
+
+
+def test_train_moves_the_model_to_its_device_and_checks_the_data_first():
+    model, moved = _tiny_gpt(), []
+    to = model.to
+    model.to = lambda *a, **k: moved.append(a) or to(*a, **k)
+    train.train(model, torch.arange(40) % 7, steps=1, T=4, B=2, device="cpu")
+    assert moved == [(torch.device("cpu"),)]
+    before = [p.detach().clone() for p in model.parameters()]
+    data = torch.arange(400) % 7
+    data[-1] = 9   # one bad id, that a late window would reach
+    rejects(lambda: train.train(model, data, steps=20, T=4, B=2), "token id 9", "vocabulary 0..6")
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))   # no update before the error
+    rejects(lambda: train.evaluate(model, data, T=2, B=1, batches=1), "token id 9", "vocabulary 0..6")
+    rejects(lambda: train.evaluate_prefix(model, data, T=2, B=1, batches=1), "token id 9")
+
+
+def test_the_induction_recipe_checks_its_arguments():
+    from attnlib import induction
+
+    model = _tiny_gpt()
+    rejects(lambda: induction.ablate_heads(model, 3).__enter__(), "heads", "pairs", "3")
+    rejects(lambda: induction.ablate_heads(model, "0,1").__enter__(), "heads", "str")
+    rejects(lambda: induction.new_model(1.5), "seed", "1.5")
+    rejects(lambda: induction.new_model(0, {"model": induction.CONFIG["model"]}), "lacks", "steps")
+    rejects(lambda: induction.new_model(0, {**induction.CONFIG, "model": {"vocab_size": 32}}), "GPTConfig", "dict")
+    rejects(lambda: induction.train_induction(0, 1, {"steps": 1}), "lacks", "n_min")
+    rejects(lambda: induction.train_induction(0.5, 1), "seed")
+    rejects(lambda: induction.load_models(3), "path", "got 3")
+    with pytest.raises(FileNotFoundError, match="absent"):
+        induction.load_models("absent.safetensors")
+
+
+# ---------------------------------------------------------------------------------- stage modules: holes (issue 19)
+
+_META_IDS = torch.zeros(2, 3, dtype=torch.long, device="meta")
+
+
+def _rope_mha():
+    return seeded(lambda: MultiHeadAttention(8, 2, rope=True))
+
+
+STAGE_BAD_CALLS = [
+    # tensors on another device (meta: a cheap stand-in) are named before their values are read
+    ("TokenEmbedding(meta ids)", lambda: TokenEmbedding(5, 4)(_META_IDS), ("ids", "meta", "cpu")),
+    ("TokenEmbedding on meta(meta ids)", lambda: TokenEmbedding(5, 4).to("meta")(_META_IDS), ("ids", "meta tensor")),
+    ("one_hot_embedding(meta ids)", lambda: one_hot_embedding(_META_IDS, torch.ones(5, 4)), ("ids", "meta")),
+    ("apply_rope(meta positions)", lambda: apply_rope(randn((2, 3, 4), 0), positions=_META_IDS),
+     ("positions", "meta", "cpu")),
+    ("apply_rope on meta(meta positions)", lambda: apply_rope(torch.zeros(2, 3, 4, device="meta"),
+                                                              positions=_META_IDS), ("positions", "meta tensor")),
+    ("qkv(meta positions)", lambda: _rope_mha().qkv(randn((2, 3, 8), 0), positions=_META_IDS),
+     ("positions", "meta", "cpu")),
+    ("MHA.forward(meta positions)", lambda: _rope_mha()(randn((2, 3, 8), 0), positions=_META_IDS),
+     ("positions", "meta", "cpu")),
+    ("Block.forward(meta positions)", lambda: Block(8, 2, rope=True)(randn((2, 3, 8), 0), positions=_META_IDS),
+     ("positions", "meta", "cpu")),
+    ("LearnedPositions(meta positions)", lambda: LearnedPositions(8, 4)(3, positions=_META_IDS),
+     ("positions", "meta", "the table")),
+    # apply_rope with an odd d is named with positions= too
+    ("apply_rope(odd d, positions)",
+     lambda: apply_rope(randn((2, 3, 5), 0), positions=torch.zeros(2, 3, dtype=torch.long)), ("even", "d=5")),
+    # positions are checked without RoPE as well
+    ("qkv(positions of another T, no RoPE)", lambda: MultiHeadAttention(8, 2).qkv(
+        randn((2, 3, 8), 0), positions=torch.zeros(5, dtype=torch.long)), ("T=3", "(5,)")),
+    ("qkv(negative positions, no RoPE)", lambda: MultiHeadAttention(8, 2).qkv(
+        randn((2, 3, 8), 0), positions=torch.tensor([0, -1, 2])), ("≥ 0", "-1")),
+    ("qkv(float positions, no RoPE)", lambda: MultiHeadAttention(8, 2).qkv(
+        randn((2, 3, 8), 0), positions=torch.zeros(3)), ("positions", "torch.float32")),
+    ("MHA.forward(positions of another B, no RoPE)", lambda: MultiHeadAttention(8, 2)(
+        randn((2, 3, 8), 0), positions=torch.zeros(3, 3, dtype=torch.long)), ("B=2", "(3, 3)")),
+]
+
+
+@pytest.mark.parametrize("call,fragments", [c[1:] for c in STAGE_BAD_CALLS], ids=[c[0] for c in STAGE_BAD_CALLS])
+def test_stage_module_holes_are_closed(call, fragments):
+    rejects(call, *fragments)
+
+
+MASK_LAYOUTS = ("(B, h, T, T)", "(B, 1, T, T)", "(1, h, T, T)", "(T, T)", "(B, 1, 1, T)")
+
+
+@settings(FUZZ, max_examples=40)
+@given(data=st.data())
+def test_a_mask_means_what_its_axes_say_and_an_ambiguous_or_inverted_one_is_named(data):
+    """A mask has all of the scores' axes (each 1 or equal) or only (T_q, T_k); (B, T, T) is ambiguous (B == h or
+    not); a mask that leaves no query a key is in the other convention (True = blocked). See test_boundary.py."""
+    B, h, T = (data.draw(st.integers(1, 3), label=n) for n in ("B", "h", "T"))
+    where = data.draw(st.sampled_from(["attention", "MultiHeadAttention", "Block"]), label="where")
+    backend = data.draw(st.sampled_from(["sdpa", "plain"]), label="backend")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    x = randn((B, T, 2 * h), seed, torch.float64)
+    Q, K, V = (randn((B, h, T, 2), seed + k, torch.float64) for k in range(3))
+    layer = seeded(lambda: (Block(2 * h, h, backend=backend) if where == "Block"
+                            else MultiHeadAttention(2 * h, h, backend=backend)).double())
+    call = (lambda m: attention(Q, K, V, mask=m)) if where == "attention" else (lambda m: layer(x, mask=m))
+    kind = data.draw(st.sampled_from(MASK_LAYOUTS + ("(B, T, T)", "(h, T, T)", "inverted", "none True")),
+                     label="mask")
+    full = torch.rand(B, h, T, T, generator=torch.Generator().manual_seed(seed)) < 0.5
+    full |= torch.eye(T, dtype=torch.bool)                          # every query may read itself
+    if kind in MASK_LAYOUTS:
+        mask = {"(B, h, T, T)": full, "(B, 1, T, T)": full[:, :1], "(1, h, T, T)": full[:1], "(T, T)": full[0, 0],
+                "(B, 1, 1, T)": full[:, :1, -1:] | (torch.arange(T) == 0)}[kind]
+        got = run(lambda: call(mask))
+        want = run(lambda: call(mask.expand(B, h, T, T).contiguous()))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        CASES["legitimate variants accepted"] += 1
+    elif kind in ("(B, T, T)", "(h, T, T)"):
+        mask = full[:, 0] if kind == "(B, T, T)" else full[0]
+        rejects(lambda: call(mask), str(tuple(mask.shape)), "(B, 1, T_q, T_k)", "(T_q, T_k)")
+    else:
+        mask = ~causal_mask(T, dtype=torch.bool) if kind == "inverted" else torch.zeros(T, T, dtype=torch.bool)
+        rejects(lambda: call(mask), "True = may attend", "~mask", str(tuple(mask.shape)))

@@ -15,9 +15,8 @@ import torch
 if importlib.util.find_spec("transformers") is None:
     pytest.skip("transformers is not installed", allow_module_level=True)
 
-from attnlib import GPT  # noqa: E402
+from attnlib import GPT, GPTConfig  # noqa: E402
 from attnlib.gpt2 import from_gpt2, load_gpt2, to_gpt2, weight_pairs  # noqa: E402
-from attnlib.model import GPTConfig  # noqa: E402
 
 # transformers is imported where a test needs it, not at collection: its import takes seconds on every worker.
 
@@ -68,7 +67,7 @@ def test_gpt2_defaults_map_to_tied_head_tanh_gelu_and_eps():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_logits_equal_float64_and_float32(shape, seed):
     hf = hf_gpt2(seed, shape)
-    gpt = GPT.from_gpt2(hf)
+    gpt = from_gpt2(hf)
     ids = random_ids(shape[0], 3, shape[4], seed)   # the full context, T = n_positions
     with torch.no_grad():
         assert max_diff(hf(ids).logits, gpt(ids)) <= 1e-4
@@ -101,7 +100,7 @@ def test_attnlib_to_gpt2_and_back(tie, gelu):
     with torch.no_grad():   # move every weight away from its init so that nothing matches by accident
         for p in gpt.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    hf = gpt.to_gpt2()
+    hf = to_gpt2(gpt)
     from transformers import GPT2LMHeadModel
 
     assert isinstance(hf, GPT2LMHeadModel) and not hf.training
@@ -169,8 +168,8 @@ def test_new_options_keep_the_old_model_by_default():
     old = GPT(20, 16, 2, 2, max_T=8)
     assert (old.config.tie, old.config.gelu, old.config.bias, old.config.eps) == (False, "exact", True, 1e-5)
     assert old.head.weight is not old.embed.table
-    assert GPT.from_config(old.config).config == old.config
-    same = GPT.from_config(dataclasses.replace(old.config))
+    assert GPT(old.config).config == old.config
+    same = GPT(dataclasses.replace(old.config))
     same.load_state_dict(old.state_dict())
     ids = random_ids(20, 2, 8, 0)
     assert torch.equal(same(ids), old(ids))
@@ -179,7 +178,7 @@ def test_new_options_keep_the_old_model_by_default():
     assert sum(p.numel() for p in tied.parameters()) == n - 20 * 16
     no_bias = GPT(20, 16, 2, 2, max_T=8, bias=False)
     assert not any(name.endswith("bias") for name, _ in no_bias.named_parameters())
-    tanh = GPT.from_config(dataclasses.replace(old.config, gelu="tanh"))
+    tanh = GPT(dataclasses.replace(old.config, gelu="tanh"))
     tanh.load_state_dict(old.state_dict())
     diff = max_diff(tanh(ids), old(ids))
     assert 0 < diff < 1e-2   # a close approximation, not the same function
@@ -198,7 +197,7 @@ def test_tied_head_stays_tied_after_to_and_training_step():
     (lambda: GPT(10, eps=0), ValueError, ["eps", "0"]),
     (lambda: GPT(10, tie="yes"), TypeError, ["tie", "'yes'"]),
     (lambda: GPT(10, bias=1), TypeError, ["bias"]),
-    (lambda: GPT.from_config({"vocab_size": 10}), TypeError, ["GPTConfig", "dict"]),
+    (lambda: GPT({"vocab_size": 10}), TypeError, ["GPTConfig", "dict"]),
     (lambda: from_gpt2(torch.nn.Linear(2, 2)), TypeError, ["GPT2LMHeadModel", "Linear"]),
     (lambda: to_gpt2(torch.nn.Linear(2, 2)), TypeError, ["attnlib GPT", "Linear"]),
     (lambda: to_gpt2(GPT(10, 8, 2, 1, pos="rope")), ValueError, ["pos='learned'", "pos='rope'"]),

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from attnlib import GPT, Block, KVCache, MultiHeadAttention, split_heads
 from attnlib.costs import attention_params, kv_cache_bytes
+from attnlib.gpt2 import to_gpt2
 from attnlib.heads import repeat_kv
 from attnlib.model import GPTConfig
 
@@ -159,7 +160,7 @@ def test_default_gpt_is_unchanged_by_the_new_option():
     b = GPT(30, 16, 4, 2, max_T=16, h_kv=4)
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-    assert a.config.h_kv is None and b.config.h_kv == 4
+    assert a.config.h_kv == b.config.h_kv == 4 and a.config == b.config   # None is filled in: h_kv = h
 
 
 # -------------------------------------------------------------------------------------- cache and generation
@@ -220,7 +221,7 @@ def test_block_and_config_carry_h_kv():
     assert block.attn.h_kv == 2 and block.attn.W_QKV.weight.shape == (16 + 2 * 2 * 4, 16)
     model = GPT(10, 16, 4, 2, h_kv=1)
     assert all(b.attn.h_kv == 1 for b in model.blocks)
-    again = GPT.from_config(model.config)
+    again = GPT(model.config)
     assert again.config == model.config and again.blocks[1].attn.h_kv == 1
     assert dataclasses.replace(GPTConfig(10), h_kv=2).h_kv == 2
 
@@ -296,7 +297,7 @@ def test_gpt_caches_with_the_wrong_head_count_are_rejected():
 def test_gpt2_has_no_grouped_query_attention():
     model = GPT(10, 16, 4, 1, max_T=8, h_kv=2)
     with pytest.raises(ValueError, match=r"h_kv=2.*h=4"):
-        model.to_gpt2()
+        to_gpt2(model)
 
 
 @pytest.mark.parametrize("kwargs,error", [

@@ -107,7 +107,7 @@ def test_repeated_blocks_are_distinct_tokens_repeated():
 @pytest.fixture(scope="module")
 def shipped():
     models = load_models()
-    ids = repeated_blocks(64, 16, CONFIG["vocab_size"], torch.Generator().manual_seed(6))
+    ids = repeated_blocks(64, 16, CONFIG["model"].vocab_size, torch.Generator().manual_seed(6))
     return models, ids
 
 
@@ -121,7 +121,7 @@ def test_shipped_weights_are_small_and_hold_every_seed(shipped):
 def test_shipped_heads_specialise_by_the_stated_margins(shipped, seed):
     models, ids = shipped
     scores = head_scores(models[seed], ids)   # (L, h, 2)
-    assert scores.shape == (CONFIG["L"], CONFIG["h"], 2)
+    assert scores.shape == (CONFIG["model"].L, CONFIG["model"].h, 2)
     ind = scores[..., 1]
     assert ind[0].max() < 0.05                # no induction head in block 0
     assert (ind[1] > 0.5).any()
@@ -148,7 +148,7 @@ def test_ablate_heads_zeroes_exactly_the_chosen_columns():
     attn = model.blocks[1].attn
     seen = []
     attn.W_O.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0].clone()))
-    ids = repeated_blocks(2, 5, CONFIG["vocab_size"], torch.Generator().manual_seed(1))
+    ids = repeated_blocks(2, 5, CONFIG["model"].vocab_size, torch.Generator().manual_seed(1))
     with ablate_heads(model, [(1, 2)]):
         model(ids)
     model(ids)

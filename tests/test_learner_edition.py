@@ -173,70 +173,106 @@ def test_no_myst_syntax_survives(path):
 # --- the translation and its checks, on made-up input ---------------------------------------------------------
 
 
-def test_translation_of_myst_constructs():
+def _used_syntax() -> tuple[dict[str, set[str]], set[str]]:
+    """The directives (with the options they are given) and the roles that book/ uses, found by MyST's parser."""
+    pages = [c.source for p in NOTEBOOKS for c in read(p).cells if c.cell_type == "markdown"]
+    pages += [p.read_text(encoding="utf-8") for p in sorted(BOOK.glob("*.md"))]
+    used: dict[str, set[str]] = {}
+    for text in pages:
+        for d in editions.directives(text):
+            used.setdefault(d.name, set()).update(d.options)
+    roles = {c.meta["name"] for text in pages for t in editions.markdown_parser().parse(text) for c in t.children or []
+             if c.type == "myst_role"}
+    return used, roles
+
+
+def test_the_whitelist_is_exactly_the_syntax_the_book_uses():
+    used, roles = _used_syntax()
+    assert {name: options for name, (options, _) in editions.DIRECTIVES.items()} == used
+    assert set(editions.ROLES) == roles
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return editions.Translator(editions.Book(ROOT), "04_mask")
+
+
+def _whitelist_cases():
+    """One case per entry of the whitelist: (entry, MyST, the Markdown the learner edition shows)."""
     book = editions.Book(ROOT)
-    t = editions.Translator(book, "04_mask")
-    first = book.exercise_numbers["04_mask"]
-    label, (page, title) = next((k, v) for k, v in sorted(book.labels.items()) if v[0] == "04_mask")
-    other, (other_page, other_title) = next((k, v) for k, v in sorted(book.labels.items()) if v[0] == "05_softmax")
-    src = "\n".join([
-        "(sec-x)=",
-        "## Exercises",
-        "% a comment",
-        "```{exercise} Predict: the variance",
-        ":label: ex-x",
-        "Predict $\\mathrm{Var}(S_{ij})$ for {math}`d_k = 8`, see {doc}`07_block` and {doc}`notation`.",
-        "```",
-        ":::{note}",
-        "Scores are {term}`logits <logit>`; {cite:t}`vaswani2017attention` and {cite}`ba2016layer,hendrycks2016gelu`.",
-        ":::",
-        "```{figure} images/pipeline.svg",
-        ":alt: the path",
-        ":width: 640px",
-        "",
-        "The path of one sequence.",
-        "```",
-        "```python",
-        "x = '{doc}`kept`'   # code is never rewritten",
-        "```",
-        f"Inline `{{cite}}` code stays; {{ref}}`{label}` and {{numref}}`{other}` resolve.",
-        "$$a = b$$ (eq-1)",
-        "$$",
-        "(a + b)^2",
-        "$$ (eq-2)",
-        "query",
-        ": the row that is looking",
-        "+++",
-    ])
-    out = t.markdown(src)
-    assert f"### Exercise {first} (Predict: the variance)" in out
-    block, notation = book.titles["07_block"][0], book.titles["notation"][0]
-    assert f"Predict $\\mathrm{{Var}}(S_{{ij}})$ for $d_k = 8$, see [{block}](07_block.ipynb) and *{notation}*." in out
-    assert "> **Note**" in out
-    assert "> Scores are logits; Vaswani et al. (2017) and (Ba et al., 2016; Hendrycks and Gimpel, 2016)." in out
-    assert "![the path](../book/images/pipeline.svg)" in out and "*The path of one sequence.*" in out
-    assert "x = '{doc}`kept`'" in out and "Inline `{cite}` code stays" in out
-    assert f"*{title}*" in out and f"[{other_title}]({other_page}.ipynb)" in out and "$$a = b$$\n" in out
-    assert "$$\n(a + b)^2\n$$\n" in out
-    assert "- **query**: the row that is looking" in out
-    for what, pattern in MYST.items():
-        rest = pattern.sub("", out.replace("x = '{doc}`kept`'", "").replace("`{cite}`", ""))
-        assert not pattern.search(rest), what
-    assert "% a comment" not in out and "(sec-x)=" not in out and "+++" not in out
-    plain = "## A heading\n\nText with $x$, `code`, a [link](https://example.org) and **bold**.\n\n\n| a |\n|---|\n"
-    assert t.markdown(plain) == plain, "markdown without MyST is left as it is"
-    code = "```python\ndef a():\n    pass\n\n\ndef b():\n    pass\n```"
-    assert t.markdown(f"```{{note}}\nBefore.\n```\n\n{code}") == f"> **Note**\n>\n> Before.\n\n{code}"
-    with pytest.raises(editions.EditionError, match="no page"):
-        t.markdown("{doc}`no_such_page`")
-    with pytest.raises(editions.EditionError, match="bibliography"):
-        t.markdown("{cite}`nobody2099`")
+    first, block, glossary = book.exercise_numbers["04_mask"], book.titles["07_block"][0], book.titles["glossary"][0]
+    image = "![the path](../book/images/pipeline.svg)"
+    return [
+        ("exercise", "Text.\n```{exercise} Build: the mask\n:label: ex-x\nWrite `f`, see {doc}`07_block`.\n```\nNext.",
+         f"Text.\n\n### Exercise {first} (Build: the mask)\n\nWrite `f`, see [{block}](07_block.ipynb).\n\nNext."),
+        ("image", "```{image} images/pipeline.svg\n:alt: the path\n:width: 640px\n```\n", image),
+        ("figure", "```{figure} images/pipeline.svg\n:name: fig-x\n:alt: the path\n:width: 640px\n\nThe path.\n```",
+         f"{image}\n\n*The path.*"),
+        ("bibliography", "References.\n\n```{bibliography}\n:all:\n```", "References.\n"),
+        ("doc", "See {doc}`07_block` and {doc}`glossary`.", f"See [{block}](07_block.ipynb) and *{glossary}*."),
+        ("cite", "GELU {cite}`hendrycks2016gelu`, both {cite}`vaswani2017attention,ba2016layer`.",
+         "GELU (Hendrycks and Gimpel, 2016), both (Vaswani et al., 2017; Ba et al., 2016)."),
+        ("cite:t", "As {cite:t}`xiong2020layer` show.", "As Xiong et al. (2020) show."),
+    ]
 
 
-def _notebook_with_exercise(tmp_path, tag_start=True, tag_code=True, stub="check_x(f)"):
+@pytest.mark.parametrize("entry, myst, plain", _whitelist_cases(), ids=[c[0] for c in _whitelist_cases()])
+def test_each_whitelisted_entry_translates(translator, entry, myst, plain):
+    assert translator.markdown(myst) == plain
+
+
+def test_every_whitelisted_entry_has_a_case():
+    markers = {"solution-start", "solution-end"}  # removed with their cells: tested below
+    assert {c[0] for c in _whitelist_cases()} | markers == set(editions.DIRECTIVES) | set(editions.ROLES)
+
+
+@pytest.mark.parametrize("marker", ["solution-start", "solution-end"])
+def test_a_solution_marker_is_never_translated(translator, marker):
+    with pytest.raises(editions.EditionError, match="tag its cell 'solution'"):
+        translator.markdown(f"```{{{marker}}}\n```")
+
+
+def test_plain_markdown_is_copied_byte_for_byte(translator):
+    block = translator.book.titles["07_block"][0]
+    plain = ("## A heading\n\nText with $x$, `code`, `{doc}`, a [link](https://example.org) and **bold**.  \n"
+             "Hard break, *emphasis*.\n\n\n| a | b |\n|---|---|\n\n> quoted\n\n1. one\n   - two\n\n---\n\n"
+             "$$\nQ = X W_Q\n$$\n\n```python\nx = '{doc}`kept`'   # code is never rewritten\n```\n\n    indented\n")
+    assert translator.markdown(plain) == plain
+    around = "| {doc}`07_block` | {doc}`07_block` |\n|---|---|\n\n- item {cite:t}`xiong2020layer`\n  more\n"
+    assert translator.markdown(around) == (f"| [{block}](07_block.ipynb) | [{block}](07_block.ipynb) |\n|---|---|\n\n"
+                                           "- item Xiong et al. (2020)\n  more\n")
+
+
+@pytest.mark.parametrize("myst, named", [
+    (":::{note}\nA note.\n:::", "directive as a ``` fence"),
+    ("```{note}\nA note.\n```", "directive '{note}'"),
+    ("```{exercise} Build: g\n:nonumber:\n```", "option of {exercise} ':nonumber:'"),
+    ("- ```{image} images/pipeline.svg\n  ```", "directive as a ``` fence"),
+    ("See {ref}`sec-x`.", "role '{ref}'"),
+    ("(sec-x)=\n## A section", "myst_target '(sec-x)='"),
+    ("% a comment", "myst_line_comment"),
+    ("+++", "myst_block_break"),
+    ("$$a = b$$ (eq-1)", "math_block_label"),
+    ("term\n: its definition", "dl_open"),
+    ("Text[^1].\n\n[^1]: A note.", "footnote_ref"),
+    ("{{ version }}", "substitution"),
+    ("<img src=\"images/pipeline.svg\">", "html_block"),
+    ("A [page](notation.md).", "link_open (a relative target) 'notation.md'"),
+    ("``{doc}`07_block` `` and {doc}`07_block`", "cannot place the role"),
+], ids=lambda v: v if len(v) < 20 else None)
+def test_other_syntax_is_an_error_that_names_the_notebook_and_the_cell(tmp_path, myst, named):
+    path = _notebook_with_exercise(tmp_path, extra=myst)
+    cell = nbformat.read(path, as_version=4).cells[1]
+    with pytest.raises(editions.EditionError) as e:
+        editions.learner_notebook(path)
+    assert f"01_x.ipynb, cell 1 (id {cell.id}): " in str(e.value)
+    assert named in str(e.value)
+
+
+def _notebook_with_exercise(tmp_path, tag_start=True, tag_code=True, stub="check_x(f)", extra=""):
     cells = [
         nbformat.v4.new_code_cell("import sys"),
-        nbformat.v4.new_markdown_cell("# 1. Title\n\n```{exercise} Build: f\n:label: ex-f\nWrite f.\n```"),
+        nbformat.v4.new_markdown_cell(f"# 1. Title\n\n```{{exercise}} Build: f\n:label: ex-f\nWrite f.\n```\n{extra}"),
         nbformat.v4.new_code_cell(f"def f():\n    raise NotImplementedError\n\n{stub}"),
         nbformat.v4.new_markdown_cell("```{solution-start} ex-f\n:class: dropdown\n```"),
         nbformat.v4.new_code_cell("def f():\n    return 42\n\ncheck_x(f)"),
@@ -330,11 +366,8 @@ def _check_run(path):
         assert all(line.endswith("✗ not yet") for line in lines[:-1]), lines
 
 
-# Running the learner notebooks is the slowest part of the suite. pytest-xdist's --dist loadfile keeps a file on
-# one worker, so the second half of the notebooks runs from tests/test_learner_runs.py, on the other worker.
-FIRST_HALF = NOTEBOOKS[: len(NOTEBOOKS) // 2]
-
-
-@pytest.mark.parametrize("path", FIRST_HALF, ids=[p.name for p in FIRST_HALF])
+# Running the learner notebooks is the slowest part of the suite: conftest.SPREAD shares them out over the
+# pytest-xdist workers one notebook at a time.
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_learner_notebook_runs_and_every_checker_says_not_yet(path):
     _check_run(path)

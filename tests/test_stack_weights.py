@@ -1,5 +1,7 @@
 """Chapter 8's shipped models: the recipe's GPTs, and the recipe replays the start of the stored training run."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -42,10 +44,9 @@ def test_shipped_models_are_gpts_with_the_recipes_config(shipped, variant):
     model = shipped[variant]
     assert isinstance(model, GPT) and not model.training
     cfg = model.config
-    assert (cfg.vocab_size, cfg.d_model, cfg.h, cfg.L, cfg.max_T, cfg.pos) == (
-        tok.vocab_size, CONFIG["d_model"], CONFIG["h"], CONFIG["L"], CONFIG["max_T"], CONFIG["pos"])
-    assert cfg.causal is VARIANTS[variant]
-    assert model.blocks[0].mlp.W_1.out_features == 4 * CONFIG["d_model"]   # d_ff = 192, the default
+    assert cfg == dataclasses.replace(CONFIG["model"], vocab_size=tok.vocab_size, causal=VARIANTS[variant])
+    assert CONFIG["model"].vocab_size == tok.vocab_size   # the recipe's model is the fables' character model
+    assert model.blocks[0].mlp.W_1.out_features == 4 * CONFIG["model"].d_model   # d_ff = 192, the default
     assert sum(p.numel() for p in model.parameters()) == 60_768
     assert all(p.dtype == torch.float32 for p in model.parameters())
 

@@ -237,3 +237,53 @@ def test_an_empty_batch_and_numpy_block_sizes_are_accepted():
     Q, K, V = qkv(2, T_q=5)
     assert torch.equal(tiled_attention(Q, K, V, block_q=np.int64(2), block_k=np.int32(3)),
                        tiled_attention(Q, K, V, block_q=2, block_k=3))
+
+
+# ---------------------------------------------------------------------------------------- rows that start blocked
+def _left_padded_scores(block_pad: int, T: int = 7, seed: int = 0):
+    """Scaled scores (B=3, h=2, T, T) with the blocked ones set to −inf, as chapter 11's padding mask blocks them:
+    row 0 has ``block_pad`` pads before its prompt, row 1 none, row 2 all but its last token padding."""
+    from attnlib.attention import combine_masks, padding_mask
+
+    is_pad = torch.zeros(3, T, dtype=torch.bool)
+    is_pad[0, :block_pad], is_pad[2, :-1] = True, True
+    allowed = combine_masks(padding_mask(is_pad), T, T)                   # (3, 1, T, T)
+    S = torch.randn(3, 2, T, T, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return S.masked_fill(~allowed, float("-inf")), allowed
+
+
+@pytest.mark.parametrize("pads, block", [(3, 2), (4, 1), (2, 3), (5, 5)])
+def test_online_softmax_of_left_padded_rows_is_finite_and_equals_softmax(pads, block):
+    """A row whose first block is all −inf (pads before the prompt) used to give NaN: exp(−inf − (−inf))."""
+    from attnlib import softmax
+
+    S, allowed = _left_padded_scores(pads)
+    readable = allowed.any(-1).expand(S.shape[:-1])                      # rows with at least one key to read
+    got, want = online_softmax(S, block), softmax(S)
+    assert not got[readable].isnan().any()
+    assert (got[readable] - want[readable]).abs().max() <= 1e-15
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15, equal_nan=True)   # no key at all: NaN in both
+
+
+def test_a_first_block_of_only_minus_inf_keeps_m_at_minus_inf_and_the_sum_at_zero():
+    inf = float("inf")
+    m, l = torch.full((2,), -inf, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    S_blk = torch.tensor([[-inf, -inf], [-inf, 1.5]], dtype=torch.float64)
+    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, S_blk)
+    assert m_new.tolist() == [-inf, 1.5] and l_new.tolist() == [0.0, 1.0]
+    assert not rescale.isnan().any() and P_blk.tolist() == [[0.0, 0.0], [0.0, 1.0]]
+    m2, l2, rescale2, _ = online_softmax_step(m_new, l_new, torch.tensor([[0.5, -inf], [0.0, 2.0]],
+                                                                         dtype=torch.float64))
+    assert m2.tolist() == [0.5, 2.0] and rescale2[0] == 0.0
+    torch.testing.assert_close(l2, torch.tensor([1.0, math.exp(-0.5) + math.exp(-2.0) + 1.0], dtype=torch.float64))
+
+
+def test_online_softmax_of_a_sliding_window_row_equals_softmax():
+    from attnlib import softmax
+    from attnlib.attention import sliding_window_mask
+
+    S = torch.randn(2, 9, 9, generator=torch.Generator().manual_seed(4)) + sliding_window_mask(9, window=3)
+    for block in (1, 2, 4):
+        got = online_softmax(S, block)
+        assert not got.isnan().any()
+        assert (got - softmax(S)).abs().max() <= 1e-6

@@ -10,8 +10,10 @@ notebooks with the solutions taken out, for JupyterLab and Colab, which know not
 1. every cell tagged ``solution`` is removed with nbconvert's ``TagRemovePreprocessor`` (the tags are checked
    first: every cell from a ``{solution-start}`` marker to its ``{solution-end}`` marker carries the tag, and no
    other cell does, so a missing tag fails here instead of leaking a solution);
-2. every markdown cell is rewritten into plain Markdown: directives (``{exercise}``, admonitions, figures, ...),
-   roles (``{doc}``, ``{cite}``, ``{math}``, ``{ref}``, ``{term}``, ...), targets, comments and option lines;
+2. every other markdown cell is parsed with MyST's own parser (markdown-it-py and the mdit-py-plugins that
+   myst-parser enables for ``_config.yml``) and its MyST rewritten into plain Markdown. Only the syntax the book
+   uses is translated: the tables ``DIRECTIVES`` and ``ROLES`` list it, one entry each. Any other MyST is an
+   error that names the notebook and the cell. Plain Markdown is copied byte for byte;
 3. code cells are renumbered 1...N, as after one clean run;
 4. a chapter with exercises gets a last code cell, ``progress(...)``, that lists which of its exercises pass
    in the learner's kernel (it has no stored output).
@@ -27,122 +29,106 @@ import ast
 import io
 import re
 import sys
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache, cached_property, partial
 from pathlib import Path
 
 import nbformat
 import yaml
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from mdit_py_plugins.myst_role.index import myst_role
+from myst_parser.config.main import MdParserConfig
+from myst_parser.parsers.mdit import create_md_parser
 from nbconvert.preprocessors import TagRemovePreprocessor
+from sphinx_external_toc.api import FileItem
+from sphinx_external_toc.parsing import parse_toc_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-BOOK = ROOT / "book"
 LEARNER = ROOT / "learner"
 
 SOLUTION_TAG = "solution"
 PROGRESS_CELL_ID = "learner-progress"
 PROGRESS_HEADER = "# Which of this chapter's exercises pass in this kernel? Run it again after solving one."
 MAX_LINE = 88
+CHECKER_CALL = re.compile(r"^\s*(?P<name>check_\w+)\s*\(", re.M)  # exercise checkers (validators are require_…)
+
+
+class EditionError(Exception):
+    """The book does not follow the exercise format, or uses MyST the generator does not translate."""
 
 
 class _Pad(str):
-    """A blank line that a translated block puts around itself; dropped where a blank line is already."""
+    """A blank line that a translated directive puts around itself; dropped where a blank line is already."""
 
 
 PAD = _Pad()
 
 
-class EditionError(Exception):
-    """The book does not follow the exercise format, or uses MyST the generator cannot translate."""
+# --- parsing: MyST's own parser -----------------------------------------------------------------------------------
 
 
-# --- MyST syntax ------------------------------------------------------------------------------------------------
+@cache
+def markdown_parser() -> MarkdownIt:
+    """The markdown-it parser that myst-parser builds for the book's ``_config.yml``; each role token also
+    keeps its source text (``meta["raw"]``), so that the translation can replace it in place."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    extensions = set((config.get("parse") or {}).get("myst_enable_extensions") or [])
+    md = create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
 
-FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,}|:{3,})(?P<info>.*)$")
-DIRECTIVE_INFO = re.compile(r"^\{(?P<name>[A-Za-z][\w:.+-]*)\}\s*(?P<arg>.*?)\s*$")
-OPTION = re.compile(r"^\s*:(?P<key>[A-Za-z][\w-]*):(?:\s+(?P<value>.*?))?\s*$")
-TARGET = re.compile(r"^\s*\((?P<label>[^()\s]+)\)=\s*$")
-COMMENT = re.compile(r"^\s*%")
-BLOCK_BREAK = re.compile(r"^\s*\+\+\+(\s.*)?$")
-EQ_LABEL = re.compile(r"^(?P<math>.*\$\$)\s*\((?P<label>[^()\s]+)\)\s*$")
-DEFINITION = re.compile(r"^:\s{1,3}(?P<text>\S.*)$")
-ROLE = re.compile(r"\{(?P<name>[A-Za-z][\w:.+-]*)\}(?P<ticks>`+)(?P<content>.+?)(?<!`)(?P=ticks)(?!`)", re.S)
-TICKS = re.compile(r"`+")
-LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]\n]*)\]\((?P<target>[^()\s]+)(?P<title>\s+\"[^\"]*\")?\)")
-HTML_SRC = re.compile(r"(?P<pre><img\b[^>]*?\bsrc=\")(?P<target>[^\"]+)\"")
-EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
-HEADING = re.compile(r"^#{1,6}\s+(?P<text>.+?)\s*#*\s*$")
-SUBSTITUTION = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
-CHECKER_CALL = re.compile(r"^\s*(?P<name>check_\w+)\s*\(", re.M)
+    def role_with_source(state, silent: bool) -> bool:
+        start = state.pos
+        found = myst_role(state, silent)
+        if found and not silent:
+            state.tokens[-1].meta["raw"] = state.src[start:state.pos]
+        return found
 
-ADMONITIONS = {
-    "note": "Note", "tip": "Tip", "hint": "Hint", "important": "Important", "warning": "Warning",
-    "caution": "Caution", "attention": "Attention", "danger": "Danger", "error": "Error", "seealso": "See also",
-    "admonition": "", "dropdown": "", "margin": "", "sidebar": "", "aside": "", "topic": "", "epigraph": "",
-    "pull-quote": "", "highlights": "", "card": "", "tab-item": "", "grid-item-card": "",
-}
-UNWRAPPED = {"grid", "grid-item", "tab-set", "div", "container", "only", "cssclass", "rst-class"}
-DROPPED = {"bibliography", "toctree", "tableofcontents", "index", "exercise-end", "meta"}
-CODE = {"code-block", "code", "sourcecode", "code-cell", "prompt"}
-SOLUTIONS = {"solution", "solution-start", "solution-end"}
-EXERCISES = {"exercise", "exercise-start"}
-TEXT_ROLES = {"term", "abbr", "index", "any", "dfn", "samp", "file", "command", "program", "envvar", "option",
-              "title-reference", "emphasis", "strong"}
+    md.inline.ruler.at("myst_role", role_with_source)
+    return md
 
 
 @dataclass
 class Directive:
+    """A fenced ``{name} arg`` block: its ``:key: value`` option lines, then the body (MyST again)."""
+
     name: str
     arg: str
     options: dict[str, str]
     body: list[str]
 
 
-def split_directive(lines: list[str], start: int, fence: str, info: str) -> tuple[Directive | None, int]:
-    """Parse the fenced block opening at ``lines[start]``; return the directive (None for a code fence) and the
-    index of the line after its closing fence (CommonMark: a fence left open runs to the end)."""
-    char, width = fence[0], len(fence)
-    closing = re.compile(rf"^ {{0,3}}{re.escape(char)}{{{width},}}\s*$")
-    end = next((j for j in range(start + 1, len(lines)) if closing.match(lines[j])), len(lines))
-    m = DIRECTIVE_INFO.match(info.strip())
+DIRECTIVE_INFO = re.compile(r"^\{(?P<name>[^{}\s]+)\}\s*(?P<arg>.*?)\s*$")
+OPTION = re.compile(r"^\s*:(?P<key>[A-Za-z][\w-]*):(?:\s+(?P<value>.*?))?\s*$")
+
+
+def as_directive(token: Token) -> Directive | None:
+    """The directive a fence token holds, or None for a fence of code."""
+    m = DIRECTIVE_INFO.match(token.info.strip()) if token.type in ("fence", "colon_fence") else None
     if not m:
-        return None, end + 1
-    body = lines[start + 1:end]
+        return None
+    body = token.content.removesuffix("\n").split("\n") if token.content else []
     options: dict[str, str] = {}
-    if body and body[0].strip() == "---":  # options as a YAML block
-        stop = next((k for k in range(1, len(body)) if body[k].strip() == "---"), None)
-        if stop is not None:
-            options = {str(k): str(v) for k, v in (yaml.safe_load("\n".join(body[1:stop])) or {}).items()}
-            body = body[stop + 1:]
     while body and (o := OPTION.match(body[0])):
         options[o["key"]] = o["value"] or ""
         body = body[1:]
-    return Directive(m["name"], m["arg"], options, body), end + 1
+    return Directive(m["name"], m["arg"], options, body)
 
 
 def directives(source: str):
     """Every directive of a markdown text, nested ones included, in order."""
-    lines, i = source.split("\n"), 0
-    while i < len(lines):
-        m = FENCE_OPEN.match(lines[i])
-        if m:
-            d, nxt = split_directive(lines, i, m["fence"], m["info"])
-            if d is not None:
-                yield d
-                yield from directives("\n".join(d.body))
-            i = nxt
-        else:
-            i += 1
+    for token in markdown_parser().parse(source):
+        if d := as_directive(token):
+            yield d
+            yield from directives("\n".join(d.body))
 
 
-def first_heading(markdown: str) -> str | None:
-    in_fence = False
-    for line in markdown.split("\n"):
-        if FENCE_OPEN.match(line):
-            in_fence = not in_fence
-        elif not in_fence and (m := HEADING.match(line)):
-            return m["text"]
-    return None
+def first_heading(source: str) -> str | None:
+    """The text of the first heading of a markdown text."""
+    tokens = markdown_parser().parse(source)
+    return next((tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"), None)
 
 
 def py_str(s: str) -> str:
@@ -150,12 +136,12 @@ def py_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
-# --- what the book knows: titles, labels, references -------------------------------------------------------------
+# --- what the book knows: pages, their order, the bibliography -------------------------------------------------
 
 
 @dataclass
 class Book:
-    """The facts about book/ that the translation needs (titles of pages, labels, the bibliography)."""
+    """The facts about book/ that the translation needs (titles of pages, their order, the bibliography)."""
 
     root: Path = ROOT
 
@@ -176,34 +162,21 @@ class Book:
     def _notebooks(self) -> dict[str, nbformat.NotebookNode]:
         return {p.stem: nbformat.read(p, as_version=4) for p in self.notebooks()}
 
+    def _markdown(self, stem: str) -> list[str]:
+        """The markdown of a page that the learner sees: a notebook's cells without solutions, or the .md file."""
+        if stem in self._notebooks:
+            return [c.source for c in self._notebooks[stem].cells
+                    if c.cell_type == "markdown" and SOLUTION_TAG not in _tags(c)]
+        path = self.book / f"{stem}.md"
+        return [path.read_text(encoding="utf-8")] if path.is_file() else []
+
     @cached_property
     def titles(self) -> dict[str, tuple[str, str]]:
         """``stem -> (title, kind)`` for every page of book/, kind "ipynb" or "md"."""
-        out: dict[str, tuple[str, str]] = {}
-        for stem, nb in self._notebooks.items():
-            md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-            out[stem] = (first_heading(md) or stem, "ipynb")
+        out = {stem: (next(filter(None, (first_heading(c.source) for c in nb.cells if c.cell_type == "markdown")),
+                           stem), "ipynb") for stem, nb in self._notebooks.items()}
         for p in sorted(self.book.glob("*.md")):
             out.setdefault(p.stem, (first_heading(p.read_text(encoding="utf-8")) or p.stem, "md"))
-        return out
-
-    @cached_property
-    def labels(self) -> dict[str, tuple[str, str]]:
-        """``label -> (page stem, text)`` for targets ``(label)=``, figures' ``:name:`` and exercises' ``:label:``."""
-        out: dict[str, tuple[str, str]] = {}
-        pages = {stem: "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-                 for stem, nb in self._notebooks.items()}
-        pages.update({p.stem: p.read_text(encoding="utf-8") for p in sorted(self.book.glob("*.md"))})
-        for stem, text in pages.items():
-            lines = text.split("\n")
-            for i, line in enumerate(lines):
-                if m := TARGET.match(line):
-                    heading = next((h["text"] for h in map(HEADING.match, lines[i + 1:]) if h), m["label"])
-                    out.setdefault(m["label"], (stem, heading))
-            for d in directives(text):
-                label = d.options.get("label") or d.options.get("name")
-                if label:
-                    out.setdefault(label, (stem, d.arg or " ".join(d.body).strip() or label))
         return out
 
     @cached_property
@@ -227,22 +200,20 @@ class Book:
     def toc(self) -> list[str]:
         """The stems of the pages of book/ in the order of _toc.yml (the book's reading order)."""
         path = self.root / "_toc.yml"
-        toc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
-        files: list[str] = []
+        if not path.exists():
+            return []
+        site = parse_toc_yaml(path)
+        order: list[str] = []
 
-        def walk(entries):
-            for entry in entries or []:
-                if entry.get("file"):
-                    files.append(entry["file"])
-                walk(entry.get("chapters"))
-                walk(entry.get("sections"))
+        def walk(docname: str):
+            order.append(docname)
+            for tree in site[docname].subtrees:
+                for item in tree.items:
+                    if isinstance(item, FileItem):  # a page (not a glob or a URL)
+                        walk(item)
 
-        if toc.get("root"):
-            files.append(toc["root"])
-        walk(toc.get("parts"))
-        walk(toc.get("chapters"))
-        walk(toc.get("sections"))
-        stems = [re.sub(r"\.(ipynb|md)$", "", f).removeprefix("book/") for f in files]
+        walk(site.root.docname)
+        stems = [d.removeprefix("book/") for d in order]
         return [s for s in stems if "/" not in s]
 
     @cached_property
@@ -251,20 +222,8 @@ class Book:
         out, n = {}, 0
         for stem in self.toc:
             out[stem] = n + 1
-            if stem in self._notebooks:
-                cells = [c.source for c in self._notebooks[stem].cells
-                         if c.cell_type == "markdown" and SOLUTION_TAG not in _tags(c)]
-            elif (self.book / f"{stem}.md").is_file():
-                cells = [(self.book / f"{stem}.md").read_text(encoding="utf-8")]
-            else:
-                cells = []
-            n += sum(1 for text in cells for d in directives(text)
-                     if d.name in EXERCISES and "nonumber" not in d.options)
+            n += sum(d.name == "exercise" for text in self._markdown(stem) for d in directives(text))
         return out
-
-    @cached_property
-    def substitutions(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in ((self.config.get("parse") or {}).get("myst_substitutions") or {}).items()}
 
     @cached_property
     def baseurl(self) -> str:
@@ -273,6 +232,17 @@ class Book:
 
 # --- MyST -> plain Markdown ---------------------------------------------------------------------------------------
 
+# Token types of plain Markdown (CommonMark, tables, $-math): copied as they are.
+PLAIN_BLOCKS = {
+    "paragraph_open", "paragraph_close", "heading_open", "heading_close", "blockquote_open", "blockquote_close",
+    "bullet_list_open", "bullet_list_close", "ordered_list_open", "ordered_list_close", "list_item_open",
+    "list_item_close", "table_open", "table_close", "thead_open", "thead_close", "tbody_open", "tbody_close",
+    "tr_open", "tr_close", "th_open", "th_close", "td_open", "td_close", "hr", "code_block", "fence", "math_block",
+}
+PLAIN_INLINE = {"text", "softbreak", "hardbreak", "code_inline", "math_inline", "em_open", "em_close",
+                "strong_open", "strong_close", "link_close"}
+URL = re.compile(r"^[a-z][\w+.-]*:")
+
 
 @dataclass
 class Translator:
@@ -280,20 +250,13 @@ class Translator:
 
     book: Book
     page: str
-    exercise_count: int = 0
-    unknown: list[str] = field(default_factory=list)
-
-    def __post_init__(self):
-        # the same numbers as the book shows ("Exercise 9", "Solution to Exercise 9"); none outside the toc
-        self.first_exercise = self.book.exercise_numbers.get(self.page)
-
-    # blocks
+    exercise_count: int = 0  # exercises translated so far on this page
 
     def markdown(self, source: str) -> str:
         """The cell's source with every MyST construct translated; text without MyST comes back unchanged."""
         kept: list[str] = []
         previous_blank = True  # no padding at the start
-        for line in self.block(source.split("\n")):
+        for line in self.block(source):
             blank = line is PAD or not line.strip()
             if line is PAD and previous_blank or (blank and previous_blank and kept and kept[-1] is PAD):
                 continue  # padding around a translated block never doubles a blank line
@@ -303,241 +266,142 @@ class Translator:
             kept.pop()
         return "\n".join("" if line is PAD else line for line in kept)
 
-    def block(self, lines: list[str]) -> list[str]:
-        out: list[str] = []
-        chunk: list[str] = []
+    def block(self, source: str) -> list[str]:
+        """The lines of ``source``: each directive replaced by its translation, each role translated in place."""
+        lines = source.split("\n")
+        edits: list[tuple[int, int, list[str]]] = []  # (first line, line after, new lines)
+        inlines: dict[tuple[int, int], list[Token]] = {}  # the cells of a table row share their lines
+        for token in markdown_parser().parse(source):
+            if d := as_directive(token):
+                if token.level or token.type != "fence":
+                    raise EditionError(f"line {token.map[0] + 1}: write the {{{d.name}}} directive as a ``` fence "
+                                       "at the top level (not in a list, a quote or a ::: fence)")
+                edits.append((*token.map, self.directive(d)))
+            elif token.type == "inline":
+                inlines.setdefault(tuple(token.map), []).append(token)
+            elif token.type not in PLAIN_BLOCKS:
+                raise unknown(token.type, lines[token.map[0]] if token.map else token.markup)
+        for (first, after), tokens in inlines.items():
+            edits.append((first, after, self.inline("\n".join(lines[first:after]), tokens).split("\n")))
+        out, at = [], 0
+        for first, after, new in sorted(edits, key=lambda edit: edit[0]):
+            out += lines[at:first] + new
+            at = after
+        return out + lines[at:]
 
-        def flush():
-            if chunk:
-                out.extend(self.inline(self.definitions("\n".join(chunk))).split("\n"))
-                chunk.clear()
-
-        i = 0
-        while i < len(lines):
-            line = lines[i]
-            m = FENCE_OPEN.match(line)
-            if m:
-                flush()
-                d, nxt = split_directive(lines, i, m["fence"], m["info"])
-                out.extend(lines[i:nxt] if d is None else self.directive(d))
-                if d is None and nxt > len(lines):  # a code fence left open: CommonMark closes it at the end
-                    out.append(m["fence"])
-                i = nxt
-                continue
-            if line.lstrip().startswith("$$") and not EQ_LABEL.match(line) and line.strip().count("$$") == 1:
-                # a display-math block over several lines: LaTeX, kept as it is (a label after $$ dropped)
-                flush()
-                end = next((j for j in range(i + 1, len(lines)) if "$$" in lines[j]), len(lines) - 1)
-                last = EQ_LABEL.match(lines[end])
-                out.extend(lines[i:end] + [last["math"] if last else lines[end]])
-                i = end + 1
-                continue
-            if TARGET.match(line) or COMMENT.match(line) or BLOCK_BREAK.match(line):
-                i += 1
-                continue
-            if e := EQ_LABEL.match(line):
-                line = e["math"]
-            chunk.append(line)
-            i += 1
-        flush()
-        return out
-
-    @staticmethod
-    def definitions(text: str) -> str:
-        """Definition lists (``term`` then ``: definition``) become bullet points."""
-        lines = text.split("\n")
-        for i in range(1, len(lines)):
-            d = DEFINITION.match(lines[i])
-            if d and lines[i - 1].strip() and not DEFINITION.match(lines[i - 1]):
-                lines[i - 1] = f"- **{lines[i - 1].strip()}**: {d['text']}"
-                lines[i] = None  # type: ignore[call-overload]
-            elif d and i >= 2 and lines[i - 1] == "" and lines[i - 2] and lines[i - 2].strip():
-                lines[i - 2] = f"- **{lines[i - 2].strip()}**: {d['text']}"
-                lines[i - 1] = lines[i] = None  # type: ignore[call-overload]
-            elif d:
-                lines[i] = f"  {d['text']}"
-        return "\n".join(line for line in lines if line is not None)
+    def inline(self, text: str, tokens: list[Token] | None = None) -> str:
+        """``text`` (the source of ``tokens``, inline ones; parsed here when not given) with its roles translated."""
+        roles: dict[str, Token] = {}
+        found: Counter[str] = Counter()
+        for child in (c for t in tokens or markdown_parser().parseInline(text) for c in t.children or []):
+            if child.type == "myst_role":
+                roles[child.meta["raw"]] = child
+                found[child.meta["raw"]] += 1
+            elif child.type in ("link_open", "image"):
+                target = child.attrs.get("href" if child.type == "link_open" else "src", "")
+                if not URL.match(str(target)):
+                    raise unknown(f"{child.type} (a relative target)", str(target))
+            elif child.type not in PLAIN_INLINE:
+                raise unknown(child.type, child.content or child.markup)
+        for raw, role in roles.items():
+            if text.count(raw) != found[raw]:  # also as literal text, or split over indented lines
+                raise EditionError(f"cannot place the role {raw!r} in its source; write it on one line, once")
+            text = text.replace(raw, self.role(role.meta["name"], " ".join(role.content.split())))
+        return text
 
     def directive(self, d: Directive) -> list[str]:
-        name = d.name
-        if name in SOLUTIONS:
-            raise EditionError(f"a {{{name}}} directive is left after removing the cells tagged "
-                               f"{SOLUTION_TAG!r}: tag its cell {SOLUTION_TAG!r}")
-        if name in EXERCISES:
-            number = ""
-            if self.first_exercise is not None and "nonumber" not in d.options:
-                number = f" {self.first_exercise + self.exercise_count}"
-                self.exercise_count += 1
-            title = self.inline(d.arg)
-            head = f"### Exercise{number}" + (f" ({title})" if title else "")
-            return [PAD, head, "", *self.block(d.body), PAD]
-        if name in DROPPED:
-            return []
-        if name in CODE:
-            return self.code_fence(d.arg if name != "code-cell" else (d.arg or "python"), d.body)
-        if name == "literalinclude":
-            return self.literalinclude(d)
-        if name == "math":
-            return [PAD, "$$", *d.body, "$$", PAD]
-        if name in ("figure", "image"):
-            alt = d.options.get("alt", "")
-            lines = [PAD, f"![{alt}]({self.local_path(d.arg.strip())})", PAD]
-            caption = self.block(d.body)
-            if any(c.strip() for c in caption):
-                lines += [f"*{c.strip()}*" if c.strip() else "" for c in caption] + [PAD]
-            return lines
-        if name == "raw":
-            return [PAD, *d.body, PAD] if d.arg.strip().lower() == "html" else []
-        if name in UNWRAPPED:
-            return [PAD, *self.block(d.body), PAD]
-        if name in ADMONITIONS:
-            return self.quote(d.arg or ADMONITIONS[name], d.body)
-        # Anything else: keep its title and body as Markdown, and say so once on stderr.
-        self.unknown.append(name)
-        title = d.arg or name.replace("-", " ").capitalize()
-        return [PAD, f"**{self.inline(title)}**", "", *self.block(d.body), PAD]
-
-    def quote(self, title: str, body: list[str]) -> list[str]:
-        inner = ([f"**{self.inline(title)}**", PAD] if title else []) + self.block(body)
-        while inner and not inner[-1].strip():
-            inner.pop()
-        return [PAD, *[f"> {line}" if line.strip() else ">" for line in inner], PAD]
-
-    @staticmethod
-    def code_fence(language: str, body: list[str]) -> list[str]:
-        longest = max((len(m) for line in body for m in TICKS.findall(line)), default=0)
-        fence = "`" * max(3, longest + 1)
-        return [PAD, fence + language.strip(), *body, fence, PAD]
-
-    def literalinclude(self, d: Directive) -> list[str]:
-        unsupported = set(d.options) - {"language", "caption", "linenos", "name"}
-        if unsupported:
-            raise EditionError(f"literalinclude options {sorted(unsupported)} are not supported in the learner "
-                               "edition")
-        path = (self.book.book / d.arg.strip()).resolve()
-        return self.code_fence(d.options.get("language", ""), path.read_text(encoding="utf-8").rstrip("\n").split("\n"))
-
-    # inline
-
-    def inline(self, text: str) -> str:
-        out, i = [], 0
-        while i < len(text):
-            ch = text[i]
-            if ch == "{" and (m := ROLE.match(text, i)):
-                out.append(self.role(m["name"], m["content"]))
-                i = m.end()
-            elif ch == "`":
-                run = TICKS.match(text, i).group(0)
-                close = re.compile(rf"(?<!`){run}(?!`)").search(text, i + len(run))
-                stop = close.end() if close else i + len(run)
-                out.append(text[i:stop])
-                i = stop
-            elif ch == "\\":
-                out.append(text[i:i + 2])
-                i += 2
-            elif ch in "![" and (m := LINK.match(text, i)):
-                out.append(self.link(m["bang"], self.inline(m["text"]), m["target"], m["title"] or ""))
-                i = m.end()
-            elif ch == "<" and (m := HTML_SRC.match(text, i)):
-                out.append(f'{m["pre"]}{self.local_path(m["target"])}"')
-                i = m.end()
-            elif ch == "{" and (m := SUBSTITUTION.match(text, i)) and m[1] in self.book.substitutions:
-                out.append(self.inline(self.book.substitutions[m[1]]))
-                i = m.end()
-            else:
-                out.append(ch)
-                i += 1
-        return "".join(out)
+        if d.name not in DIRECTIVES:
+            raise unknown("directive", f"{{{d.name}}}")
+        allowed, translate = DIRECTIVES[d.name]
+        if set(d.options) - allowed:
+            raise unknown(f"option of {{{d.name}}}", " ".join(f":{o}:" for o in sorted(set(d.options) - allowed)))
+        return translate(self, d)
 
     def role(self, name: str, content: str) -> str:
-        content = " ".join(content.split())
-        explicit = EXPLICIT.match(content)
-        text, target = (explicit["text"], explicit["target"]) if explicit else (None, content)
-        if name == "doc":
-            return self.doc_link(target, text)
-        if name == "cite" or name.startswith("cite:"):
-            return self.cite(name.partition(":")[2] or "p", content)
-        if name in ("math", "eq"):
-            return f"${content}$" if name == "math" else f"({content})"
-        if name in ("ref", "numref"):
-            return self.ref(target, text)
-        if name == "download":
-            return f"[{text or Path(target).name}]({self.local_path(target)})"
-        if name in ("sub", "sup", "kbd"):
-            return f"<{name}>{content}</{name}>"
-        if name in ("code", "literal"):
-            return f"`{content}`"
-        if name in ("guilabel", "menuselection"):
-            return "**" + content.replace("-->", "→").replace("&", "") + "**"
-        if name in TEXT_ROLES:
-            return (text or target).lstrip("!")
-        self.unknown.append("{" + name + "}")
-        return text or target
+        if name not in ROLES:
+            raise unknown("role", f"{{{name}}}")
+        return ROLES[name](self, content)
 
-    def doc_link(self, target: str, text: str | None) -> str:
-        stem, _, anchor = target.strip().lstrip("/").removeprefix("book/").partition("#")
-        stem = re.sub(r"\.(ipynb|md)$", "", stem)
-        if stem not in self.book.titles:
+    # the translations of the directives
+
+    def exercise(self, d: Directive) -> list[str]:
+        """``### Exercise 9 (Title)``, with the number the book shows (none outside the toc)."""
+        first = self.book.exercise_numbers.get(self.page)
+        number = "" if first is None else f" {first + self.exercise_count}"
+        self.exercise_count += 1
+        title = self.inline(d.arg)
+        return [PAD, f"### Exercise{number}" + (f" ({title})" if title else ""), "", *self.block("\n".join(d.body)),
+                PAD]
+
+    def solution_marker(self, d: Directive) -> list[str]:
+        raise EditionError(f"a {{{d.name}}} marker is left after removing the cells tagged {SOLUTION_TAG!r}: "
+                           f"tag its cell {SOLUTION_TAG!r}")
+
+    def image(self, d: Directive) -> list[str]:
+        return [PAD, f"![{d.options.get('alt', '')}]({local_path(d.arg)})", PAD]
+
+    def figure(self, d: Directive) -> list[str]:
+        """The image, then its caption in italics."""
+        caption = self.block("\n".join(d.body))
+        if not any(line.strip() for line in caption):
+            return self.image(d)
+        return [*self.image(d), *[f"*{c.strip()}*" if c.strip() else "" for c in caption], PAD]
+
+    def dropped(self, d: Directive) -> list[str]:
+        return []
+
+    # the translations of the roles
+
+    def doc(self, target: str) -> str:
+        """A link to the learner edition's notebook, or the title of a page that is not a notebook."""
+        if target not in self.book.titles:
             raise EditionError(f"{{doc}}`{target}` names no page of book/")
-        title, kind = self.book.titles[stem]
-        text = text or title
+        title, kind = self.book.titles[target]
         if kind == "ipynb":
-            return f"[{text}]({stem}.ipynb{'#' + anchor if anchor else ''})"
-        if self.book.baseurl:
-            return f"[{text}]({self.book.baseurl}/book/{stem}.html)"
-        return f"*{text}*"
+            return f"[{title}]({target}.ipynb)"
+        return f"[{title}]({self.book.baseurl}/book/{target}.html)" if self.book.baseurl else f"*{title}*"
 
-    def ref(self, label: str, text: str | None) -> str:
-        if label not in self.book.labels:
-            raise EditionError(f"{{ref}}`{label}` names no label of book/")
-        stem, title = self.book.labels[label]
-        text = self.inline(text or title)
-        if stem == self.page or self.book.titles.get(stem, ("", ""))[1] != "ipynb":
-            return f"*{text}*"
-        return f"[{text}]({stem}.ipynb)"
-
-    def cite(self, style: str, content: str) -> str:
+    def cite(self, content: str, textual: bool = False) -> str:
+        """``(Vaswani et al., 2017)``, or ``Vaswani et al. (2017)`` when ``textual`` (``{cite:t}``)."""
         keys = [k.strip() for k in content.split(",") if k.strip()]
         missing = [k for k in keys if k not in self.book.bibliography]
         if missing:
             raise EditionError(f"{{cite}} keys {missing} are not in the bibliography")
+        names = {k: self.book.bibliography[k][0] for k in keys}
+        who = {k: " and ".join(n) if len(n) <= 2 else f"{n[0]} et al." for k, n in names.items()}
+        year = {k: self.book.bibliography[k][1] for k in keys}
+        if textual:
+            return ", ".join(f"{who[k]} ({year[k]})" for k in keys)
+        return "(" + "; ".join(f"{who[k]}, {year[k]}" for k in keys) + ")"
 
-        def who(key: str, full: bool = False) -> str:
-            names = self.book.bibliography[key][0]
-            if full or len(names) <= 2:
-                return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + ", and " + names[-1]
-            return f"{names[0]} et al."
 
-        def year(key: str) -> str:
-            return self.book.bibliography[key][1]
+# The whitelist: exactly the MyST the book uses. Add syntax one tested entry at a time (tests/test_learner_edition.py).
+DirectiveRule = tuple[set[str], Callable[[Translator, Directive], list[str]]]  # (allowed options, translation)
+DIRECTIVES: dict[str, DirectiveRule] = {
+    "exercise": ({"label"}, Translator.exercise),
+    "solution-start": ({"class"}, Translator.solution_marker),  # removed with its cell
+    "solution-end": (set(), Translator.solution_marker),
+    "image": ({"alt", "width"}, Translator.image),
+    "figure": ({"name", "alt", "width"}, Translator.figure),
+    "bibliography": ({"all"}, Translator.dropped),
+}
+ROLES: dict[str, Callable[[Translator, str], str]] = {
+    "doc": Translator.doc,
+    "cite": Translator.cite,
+    "cite:t": partial(Translator.cite, textual=True),
+}
 
-        full = style.endswith("s") and style != "s"
-        style = style.rstrip("s") if full else style
-        if style == "t":
-            return ", ".join(f"{who(k, full)} ({year(k)})" for k in keys)
-        if style == "author":
-            return ", ".join(who(k, full) for k in keys)
-        if style == "year":
-            return ", ".join(year(k) for k in keys)
-        if style in ("alp", "alt"):
-            return "; ".join(f"{who(k, full)}, {year(k)}" for k in keys)
-        if style in ("label", "empty"):
-            return ""
-        return "(" + "; ".join(f"{who(k, full)}, {year(k)}" for k in keys) + ")"
 
-    def link(self, bang: str, text: str, target: str, title: str) -> str:
-        """A Markdown link or image: pages of book/ as {doc} does, other relative paths into book/."""
-        path, _, anchor = target.partition("#")
-        if not re.match(r"^([a-z][\w+.-]*:|/)", target) and path.endswith((".md", ".ipynb")) and \
-                (self.book.book / path).is_file() and not bang:
-            return self.doc_link(path + ("#" + anchor if anchor else ""), text)
-        return f"{bang}[{text}]({self.local_path(target)}{title})"
+def unknown(kind: str, text: str) -> EditionError:
+    """The error for syntax outside the whitelist: what it is (a token type, "role", ...) and its text."""
+    return EditionError(f"{kind} {text.strip()!r} is not syntax the learner edition translates; write plain "
+                        "Markdown, or add a tested entry to editions.DIRECTIVES or editions.ROLES")
 
-    def local_path(self, target: str) -> str:
-        """A path relative to book/ seen from learner/ (files that are not notebooks stay in book/)."""
-        if re.match(r"^([a-z][\w+.-]*:|#)", target) or target.startswith("/"):
-            return target
-        return "../book/" + target
+
+def local_path(target: str) -> str:
+    """A path relative to book/ seen from learner/ (files that are not notebooks stay in book/)."""
+    target = target.strip()
+    return target if URL.match(target) or target.startswith(("/", "#")) else "../book/" + target
 
 
 # --- the learner edition of one notebook --------------------------------------------------------------------------
@@ -562,9 +426,8 @@ def check_solution_tags(nb, where: str) -> None:
     inside = None
     for i, cell in enumerate(nb.cells):
         names, tagged = _names(cell), SOLUTION_TAG in _tags(cell)
-        raw = cell.source
-        for marker in ("solution-start", "solution-end", "solution"):
-            if re.search(r"^\s*(`{3,}|~{3,}|:{3,})\s*\{" + marker + r"\}", raw, re.M) and not tagged:
+        for marker in sorted(names & {"solution-start", "solution-end", "solution"}):
+            if not tagged:
                 raise EditionError(f"{where}: cell {i} holds a {{{marker}}} marker but is not tagged "
                                    f"{SOLUTION_TAG!r}; the learner edition would show the solution")
         if "solution-start" in names:
@@ -574,7 +437,7 @@ def check_solution_tags(nb, where: str) -> None:
         if inside is not None and not tagged:
             raise EditionError(f"{where}: cell {i} lies inside the solution started at cell {inside} but is not "
                                f"tagged {SOLUTION_TAG!r}; the learner edition would show it")
-        if inside is None and tagged and "solution" not in names:
+        if inside is None and tagged:
             raise EditionError(f"{where}: cell {i} is tagged {SOLUTION_TAG!r} but lies outside every "
                                "solution-start/solution-end pair; the learner edition would lose it")
         if "solution-end" in names:
@@ -586,7 +449,7 @@ def check_solution_tags(nb, where: str) -> None:
 
 
 def checker_called(source: str) -> str | None:
-    """The last ``check_…(...)`` call at the top level of a stub cell."""
+    """The last ``check_…(...)`` call (an exercise checker) at the top level of a stub cell."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -605,7 +468,7 @@ def find_exercises(nb, where: str) -> list[Exercise]:
         if cell.cell_type != "markdown" or SOLUTION_TAG in _tags(cell):
             continue
         for d in directives(cell.source):
-            if d.name not in EXERCISES:
+            if d.name != "exercise":
                 continue
             stub = nb.cells[i + 1] if i + 1 < len(nb.cells) else None
             name = checker_called(stub.source) if stub is not None and stub.cell_type == "code" else None
@@ -636,14 +499,14 @@ def learner_notebook(path: Path, book: Book | None = None) -> str:
     check_solution_tags(nb, where)
     exercises = find_exercises(nb, where)
 
-    nb, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(nb, {})
-
     translator = Translator(book, path.stem)
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            cell.source = translator.markdown(cell.source)
-    if translator.unknown:
-        print(f"{where}: translated unknown MyST {sorted(set(translator.unknown))} generically", file=sys.stderr)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and SOLUTION_TAG not in _tags(cell):
+            try:
+                cell.source = translator.markdown(cell.source)
+            except EditionError as e:
+                raise EditionError(f"{where}, cell {i} (id {cell.get('id')}): {e}") from None
+    nb, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(nb, {})
 
     count = 0
     for cell in nb.cells:

@@ -23,7 +23,7 @@ from .block import MLP, Block
 from .embedding import TokenEmbedding, one_hot_embedding, running_X0
 from .explore import explore, model_scores
 from .heads import KVCache, MultiHeadAttention, merge_heads, repeat_kv, split_heads
-from .model import GPT
+from .model import GPT, GPTConfig
 from .position import LearnedPositions, apply_rope, rope_angles, sinusoidal_positions
 from .projections import FusedProjections, Projections, project
 from .runtime import agree, at_most, pick_device, seed_everything, setup, show_source
@@ -41,7 +41,7 @@ __all__ = [
     "scores", "scale", "causal_mask", "softmax", "attention_weights", "attend", "attention",
     "SingleHeadAttention",
     "split_heads", "merge_heads", "KVCache", "MultiHeadAttention",
-    "MLP", "Block", "GPT",
+    "MLP", "Block", "GPT", "GPTConfig",
     "explore", "model_scores",
     "online_softmax_step", "online_softmax", "tile_plan", "tiled_attention",
     "repeat_kv",

@@ -1,7 +1,7 @@
-"""Input checks at the library's boundary.
+"""Input checks at the library's boundary: the ``require_…`` validators and the :func:`boundary` decorator.
 
-Every public function, constructor and ``forward`` of attnlib calls these first, so a wrong input fails
-at once with a message that names what was expected and what came, e.g.
+Every public function, constructor and ``forward`` of attnlib validates its arguments once, where they come in,
+so a wrong input fails at once with a message that names what was expected and what came, e.g.
 ``x must be (B, T, d_model=64), got (2, 7, 32)``, instead of a deep torch traceback, a hang or a silently
 wrong result. A wrong type or dtype raises TypeError; a wrong size, shape or value raises ValueError.
 
@@ -14,6 +14,9 @@ and torch's own kernels do not look either.
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import math
 import numbers
 import operator
@@ -22,12 +25,62 @@ import numpy as np
 import torch
 
 __all__ = [
-    "check_tensor", "check_shape", "check_same", "check_like", "check_input", "check_batch", "check_divisible",
-    "check_positive", "check_nonnegative", "check_number", "check_flags", "check_choice", "check_callable",
-    "check_device", "check_dtype", "check_ids", "check_id_list", "check_targets", "check_pieces", "check_labels",
-    "check_cache", "check_caches", "check_axis", "check_kv_heads",
-    "check_is_pad", "check_mask", "check_positions",
+    "boundary", "inside_boundary",
+    "require_tensor", "require_shape", "require_same", "require_like", "require_input", "require_batch",
+    "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
+    "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
+    "require_targets", "require_pieces", "require_labels", "require_cache", "require_caches", "require_axis",
+    "require_kv_heads", "require_is_pad", "require_mask", "require_positions",
 ]
+
+
+_INSIDE = contextvars.ContextVar("attnlib_inside_boundary", default=False)
+
+
+def boundary(spec):
+    """Decorate a public entry point with its argument spec: ``@boundary("_name_args")`` above the ``def``.
+
+    ``spec`` is a function, or the name of one in the decorated function's module, looked up at the first call
+    (so the specs can follow the computations they guard, at the end of the module). It receives every argument
+    by name (defaults filled in) and raises a clear error for a bad one; it may
+    return a dict of normalised values (``int`` for a NumPy size, a contiguous copy of a view, …) that replace
+    the arguments of those names. The decorated body is then the computation alone. A call made while another
+    boundary is running (the library calling its own public functions, a model's forward calling its blocks)
+    skips the spec: those arguments were checked where they came in, or the library made them. So a value is
+    checked once per call, and a model's forward reads its ``ids`` once, not once per layer.
+    """
+
+    def wrap(fn):
+        signature = inspect.signature(fn)
+        check = (lambda: inspect.unwrap(fn).__globals__[spec]) if isinstance(spec, str) else (lambda: spec)
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            if _INSIDE.get():
+                return fn(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{fn.__qualname__}(): {e}") from None
+            bound.apply_defaults()
+            normalised = check()(**bound.arguments)
+            if normalised:
+                bound.arguments.update(normalised)
+            token = _INSIDE.set(True)
+            try:
+                return fn(*bound.args, **bound.kwargs)
+            finally:
+                _INSIDE.reset(token)
+
+        checked.__signature__ = signature
+        return checked
+
+    return wrap
+
+
+def inside_boundary() -> bool:
+    """Whether a boundary's call is running (its arguments are checked already)."""
+    return _INSIDE.get()
 
 
 def _show(v) -> str:
@@ -51,7 +104,7 @@ def _integer(v, name: str, what: str) -> int:
     raise TypeError(f"{name} must be {what}, got {_show(v)}")
 
 
-def check_positive(**values) -> tuple[int, ...]:
+def require_positive(**values) -> tuple[int, ...]:
     """Every named size must be a positive integer (Python or NumPy); returns them as ints, in order."""
     out = []
     for name, v in values.items():
@@ -62,7 +115,7 @@ def check_positive(**values) -> tuple[int, ...]:
     return tuple(out)
 
 
-def check_nonnegative(**values) -> tuple[int, ...]:
+def require_nonnegative(**values) -> tuple[int, ...]:
     """Every named position or count must be an integer ≥ 0; returns them as ints, in order.
 
     A negative position is never read "from the end": it is an error.
@@ -76,15 +129,15 @@ def check_nonnegative(**values) -> tuple[int, ...]:
     return tuple(out)
 
 
-def check_divisible(d_model: int, h: int) -> int:
+def require_divisible(d_model: int, h: int) -> int:
     """Return d_head = d_model // h, or raise if h does not divide d_model."""
-    h, d_model = check_positive(h=h, d_model=d_model)
+    h, d_model = require_positive(h=h, d_model=d_model)
     if d_model % h:
         raise ValueError(f"d_model={d_model} is not divisible by h={h}: each head needs d_model/h dimensions")
     return d_model // h
 
 
-def check_number(v, name: str, *, minimum: float | None = None, above: float | None = None) -> float:
+def require_number(v, name: str, *, minimum: float | None = None, above: float | None = None) -> float:
     """A finite real number (Python, NumPy or a one-element tensor) ≥ ``minimum`` or > ``above``; as a float."""
     if isinstance(v, torch.Tensor) and v.numel() == 1 and not (v.dtype == torch.bool or v.is_complex()):
         v = v.item()
@@ -100,7 +153,7 @@ def check_number(v, name: str, *, minimum: float | None = None, above: float | N
     return x
 
 
-def check_flags(**values) -> tuple[bool, ...]:
+def require_flags(**values) -> tuple[bool, ...]:
     """Every named switch must be True or False (a NumPy bool too); returns them as bools, in order."""
     out = []
     for name, v in values.items():
@@ -110,7 +163,7 @@ def check_flags(**values) -> tuple[bool, ...]:
     return tuple(out)
 
 
-def check_choice(v, name: str, options: tuple):
+def require_choice(v, name: str, options: tuple):
     """``v`` must be one of ``options`` (strings or None): ``norm must be 'pre' or 'post', got 'middle'``."""
     if any(v is o or (isinstance(v, str) and v == o) for o in options):
         return None if v is None else str(v)
@@ -118,13 +171,13 @@ def check_choice(v, name: str, options: tuple):
     raise ValueError(f"{name} must be {', '.join(shown[:-1])} or {shown[-1]}, got {_show(v)}")
 
 
-def check_callable(fn, name: str = "fn"):
+def require_callable(fn, name: str = "fn"):
     if not callable(fn):
         raise TypeError(f"{name} must be a function to call (e.g. lambda: model(x)), got {_show(fn)}")
     return fn
 
 
-def check_device(device, name: str = "device") -> torch.device:
+def require_device(device, name: str = "device") -> torch.device:
     """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device; as a torch.device."""
     if isinstance(device, torch.device):
         return device
@@ -137,7 +190,7 @@ def check_device(device, name: str = "device") -> torch.device:
                          "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
 
 
-def check_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torch.dtype:
+def require_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torch.dtype:
     """A floating-point torch dtype (or torch.bool where ``allow_bool``)."""
     kinds = "a floating-point torch dtype" + (" or torch.bool" if allow_bool else "")
     if not isinstance(dtype, torch.dtype):
@@ -150,7 +203,7 @@ def check_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torc
 # ------------------------------------------------------------------------------------------ tensors
 
 
-def check_tensor(x, name: str) -> torch.Tensor:
+def require_tensor(x, name: str) -> torch.Tensor:
     """Raise TypeError unless ``x`` is a torch.Tensor."""
     if not isinstance(x, torch.Tensor):
         hint = " (convert it with torch.as_tensor)" if isinstance(x, (np.ndarray, list, tuple)) else ""
@@ -158,15 +211,15 @@ def check_tensor(x, name: str) -> torch.Tensor:
     return x
 
 
-def check_shape(x, name: str, dims: str, *, float_only: bool = True, **sizes: int) -> dict[str, int]:
+def require_shape(x, name: str, dims: str, *, float_only: bool = True, **sizes: int) -> dict[str, int]:
     """Check ``x`` against a shape spec and return the named sizes.
 
     ``dims`` names the axes, e.g. ``"B T d_model"``; a leading ``"..."`` allows any number of extra leading
-    axes. Keyword arguments pin sizes: ``check_shape(x, "x", "B T d_model", d_model=64)``.
+    axes. Keyword arguments pin sizes: ``require_shape(x, "x", "B T d_model", d_model=64)``.
     An axis that appears twice must have the same size both times. Every named axis but the batch axis B
     must hold at least one entry (leading ``...`` axes and B may be empty).
     """
-    check_tensor(x, name)
+    require_tensor(x, name)
     names = dims.split()
     leading = bool(names) and names[0] == "..."
     if leading:
@@ -192,7 +245,7 @@ def check_shape(x, name: str, dims: str, *, float_only: bool = True, **sizes: in
     return found
 
 
-def check_same(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
+def require_same(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
     """Raise if two tensors that are combined live on different devices or have different dtypes."""
     if a.device != b.device:
         raise ValueError(f"{name_a} is on {a.device} but {name_b} is on {b.device}; move both to one device")
@@ -200,7 +253,7 @@ def check_same(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> No
         raise TypeError(f"{name_a} has dtype {a.dtype} but {name_b} has dtype {b.dtype}; use one dtype")
 
 
-def check_like(x: torch.Tensor, weight: torch.Tensor, name: str = "x") -> None:
+def require_like(x: torch.Tensor, weight: torch.Tensor, name: str = "x") -> None:
     """An input must have the dtype and the device of the weights that multiply it."""
     if x.device != weight.device:
         raise ValueError(f"{name} is on {x.device} but the weights are on {weight.device}; "
@@ -210,14 +263,14 @@ def check_like(x: torch.Tensor, weight: torch.Tensor, name: str = "x") -> None:
                         f"use model.to({x.dtype}) or {name}.to({weight.dtype})")
 
 
-def check_input(x, name: str, dims: str, weight: torch.Tensor, **sizes: int) -> dict[str, int]:
-    """:func:`check_shape` for a module's input, then the same dtype and device as the module's ``weight``."""
-    found = check_shape(x, name, dims, **sizes)
-    check_like(x, weight, name)
+def require_input(x, name: str, dims: str, weight: torch.Tensor, **sizes: int) -> dict[str, int]:
+    """:func:`require_shape` for a module's input, then the same dtype and device as the module's ``weight``."""
+    found = require_shape(x, name, dims, **sizes)
+    require_like(x, weight, name)
     return found
 
 
-def check_batch(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str, core: int = 2) -> None:
+def require_batch(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str, core: int = 2) -> None:
     """Two tensors that are multiplied must have the same batch axes (all but the last ``core`` axes).
 
     Nothing is broadcast quietly: Q of shape (2, 5, 8) against K of shape (3, 5, 8) is an error.
@@ -233,12 +286,12 @@ def check_batch(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str, core
 _ID_DTYPES = (torch.int64, torch.int32)
 
 
-def check_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor | None = None) -> torch.Tensor:
+def require_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor | None = None) -> torch.Tensor:
     """Check that ``ids`` is an integer tensor of shape (T,) or (B, T) with values in 0..vocab_size-1.
 
     ``like`` (a weight) also pins the device. An empty batch (B = 0) is allowed, an empty sequence is not.
     """
-    check_tensor(ids, name)
+    require_tensor(ids, name)
     if ids.dtype not in _ID_DTYPES:
         raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
     if ids.dim() not in (1, 2):
@@ -256,7 +309,7 @@ def check_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor | N
     return ids
 
 
-def check_id_list(ids, vocab_size: int, name: str = "ids") -> list[int]:
+def require_id_list(ids, vocab_size: int, name: str = "ids") -> list[int]:
     """One sequence of token IDs (a (T,) integer tensor or array, or a list of ints) as a list of ints."""
     if isinstance(ids, (torch.Tensor, np.ndarray)):
         if ids.ndim != 1:
@@ -275,12 +328,12 @@ def check_id_list(ids, vocab_size: int, name: str = "ids") -> list[int]:
     return out
 
 
-def check_targets(targets, ids: torch.Tensor, vocab_size: int, ignore_index: int) -> torch.Tensor:
+def require_targets(targets, ids: torch.Tensor, vocab_size: int, ignore_index: int) -> torch.Tensor:
     """Targets (B, T) for ids (B, T): integer IDs in 0..vocab_size-1, or ``ignore_index`` to skip a position.
 
     Returns them as torch.long. At least one target must count, or there would be nothing to average.
     """
-    check_tensor(targets, "targets")
+    require_tensor(targets, "targets")
     if targets.dtype not in _ID_DTYPES:
         raise TypeError(f"targets must be an integer tensor (torch.long), got dtype {targets.dtype}")
     if targets.shape != ids.shape:
@@ -300,7 +353,7 @@ def check_targets(targets, ids: torch.Tensor, vocab_size: int, ignore_index: int
     return targets.long()
 
 
-def check_pieces(pieces, name: str = "vocab") -> list[str]:
+def require_pieces(pieces, name: str = "vocab") -> list[str]:
     """A non-empty list of distinct, non-empty strings (a vocabulary, or a token per position)."""
     if isinstance(pieces, (str, bytes)) or not isinstance(pieces, (list, tuple)):
         raise TypeError(f"{name} must be a list of strings, got {_show(pieces)}")
@@ -316,7 +369,7 @@ def check_pieces(pieces, name: str = "vocab") -> list[str]:
     return list(pieces)
 
 
-def check_labels(tokens, T: int | None, name: str = "tokens") -> list[str]:
+def require_labels(tokens, T: int | None, name: str = "tokens") -> list[str]:
     """One label (a string) per position of a (T, T) table: exactly T of them (any number if T is None)."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
         raise TypeError(f"{name} must be a list of T strings, got {_show(tokens)}")
@@ -330,7 +383,7 @@ def check_labels(tokens, T: int | None, name: str = "tokens") -> list[str]:
 # ------------------------------------------------------------------------------------------ KV caches
 
 
-def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | None = None,
+def require_cache(cache, name: str = "cache", *, B: int | None = None, h: int | None = None,
                 d_head: int | None = None, like: torch.Tensor | None = None, h_query: int | None = None) -> int:
     """A KV cache: K and V (B, h_kv, T_past, d_head), both set or both None, of one shape, dtype and device.
 
@@ -350,7 +403,7 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
     spec = "(" + ", ".join(n if v is None else f"{n}={v}" for n, v in
                            (("B", B), ("h_kv", h), ("T_past", None), ("d_head", d_head))) + ")"
     for t, part in ((K, "K"), (V, "V")):
-        check_tensor(t, f"{name}.{part}")
+        require_tensor(t, f"{name}.{part}")
         if t.dim() == 4 and h is not None and t.shape[1] != h:
             of = "" if h_query is None else f" (for h={h_query} query heads)"
             raise ValueError(f"{name}.{part} holds {t.shape[1]} key/value heads, but this layer has h_kv={h}{of}: "
@@ -361,7 +414,7 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
                              "a cache belongs to one layer and one batch")
         if not t.is_floating_point():
             raise TypeError(f"{name}.{part} must hold floating-point numbers, got dtype {t.dtype}")
-    check_same(K, V, f"{name}.K", f"{name}.V")
+    require_same(K, V, f"{name}.K", f"{name}.V")
     if K.shape != V.shape:
         raise ValueError(f"{name}.K and {name}.V must have one shape (B, h_kv, T_past, d_head), got {tuple(K.shape)} "
                          f"and {tuple(V.shape)}")
@@ -373,11 +426,11 @@ def check_cache(cache, name: str = "cache", *, B: int | None = None, h: int | No
     return K.shape[2]
 
 
-def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Tensor,
+def require_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Tensor,
                  h_query: int | None = None) -> int:
     """One KV cache per block, all distinct and of one length; returns that length T_past.
 
-    ``h`` is the number of key/value heads each cache holds (h_kv; ``h_query``: see :func:`check_cache`).
+    ``h`` is the number of key/value heads each cache holds (h_kv; ``h_query``: see :func:`require_cache`).
     """
     if not isinstance(caches, (list, tuple)):
         raise TypeError(f"caches must be a list of one KVCache per block (L={L}), got {type(caches).__name__}")
@@ -388,7 +441,7 @@ def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Ten
             if caches[m] is c:
                 raise ValueError(f"caches[{l}] is the same object as caches[{m}]; each block needs its own "
                                  "cache: [KVCache() for _ in model.blocks]")
-    lengths = [check_cache(c, f"caches[{l}]", B=B, h=h, d_head=d_head, like=like, h_query=h_query)
+    lengths = [require_cache(c, f"caches[{l}]", B=B, h=h, d_head=d_head, like=like, h_query=h_query)
                for l, c in enumerate(caches)]
     if len(set(lengths)) > 1:
         raise ValueError(f"every block's cache must hold the same positions, got lengths {lengths} for "
@@ -396,7 +449,7 @@ def check_caches(caches, L: int, *, B: int, h: int, d_head: int, like: torch.Ten
     return lengths[0]
 
 
-def check_axis(dim, x: torch.Tensor, name: str) -> int:
+def require_axis(dim, x: torch.Tensor, name: str) -> int:
     """An axis of ``x`` (negative counts from the end, as in torch) that holds at least one entry."""
     dim = _integer(dim, "dim", "an integer axis")
     if not -x.dim() <= dim < x.dim():
@@ -411,9 +464,9 @@ def check_axis(dim, x: torch.Tensor, name: str) -> int:
 # ------------------------------------------------------------------------------ grouped-query heads (heads.py)
 
 
-def check_kv_heads(h: int, h_kv) -> int:
+def require_kv_heads(h: int, h_kv) -> int:
     """h_kv key/value heads for h query heads: None means h_kv = h; else 1 ≤ h_kv ≤ h and h_kv divides h."""
-    h, = check_positive(h=h)
+    h, = require_positive(h=h)
     if h_kv is None:
         return h
     h_kv = _integer(h_kv, "h_kv", "a positive integer (or None for h_kv = h)")
@@ -432,9 +485,9 @@ def check_kv_heads(h: int, h_kv) -> int:
 # (attention.py, batches.py and model.py: batches of prompts of different lengths)
 
 
-def check_is_pad(is_pad, name: str = "is_pad", *, B: int | None = None, T: int | None = None) -> torch.Tensor:
+def require_is_pad(is_pad, name: str = "is_pad", *, B: int | None = None, T: int | None = None) -> torch.Tensor:
     """A boolean (B, T) tensor, True at a padding token; ``B``, ``T`` pin the sizes where given."""
-    check_tensor(is_pad, name)
+    require_tensor(is_pad, name)
     if is_pad.dtype != torch.bool:
         raise TypeError(f"{name} must be a boolean tensor (True = padding token), got dtype {is_pad.dtype}; "
                         f"from an attention_mask with 1 = real token use attention_mask == 0")
@@ -447,14 +500,14 @@ def check_is_pad(is_pad, name: str = "is_pad", *, B: int | None = None, T: int |
     return is_pad
 
 
-def check_mask(mask, shape, name: str = "mask", *, like: torch.Tensor | None = None,
+def require_mask(mask, shape, name: str = "mask", *, like: torch.Tensor | None = None,
                free_batch: bool = False) -> torch.Tensor:
     """A boolean mask (True = may attend) that broadcasts to ``shape`` (..., T_q, T_k) without enlarging it.
 
     ``free_batch``: only the last two axes of ``shape`` are pinned, the mask may have any leading axes.
     ``like``: the scores' device.
     """
-    check_tensor(mask, name)
+    require_tensor(mask, name)
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
                         "a float mask M (0 / -inf) is added to the scores instead")
@@ -478,20 +531,20 @@ def check_mask(mask, shape, name: str = "mask", *, like: torch.Tensor | None = N
 # (tiled.py: the online softmax keeps one running max and one running sum per row of scores)
 
 
-def check_row_stats(x, name: str, S: torch.Tensor, S_name: str = "S") -> torch.Tensor:
+def require_row_stats(x, name: str, S: torch.Tensor, S_name: str = "S") -> torch.Tensor:
     """One number per row of ``S`` (..., n): ``x`` must be (...,) = S.shape[:-1], with S's dtype and device."""
-    check_tensor(x, name)
+    require_tensor(x, name)
     want = tuple(S.shape[:-1])
     if tuple(x.shape) != want:
         raise ValueError(f"{name} must hold one number per row of {S_name}, shape {want} (the shape of {S_name} "
                          f"{tuple(S.shape)} without its last axis), got {tuple(x.shape)}")
-    check_same(S, x, S_name, name)
+    require_same(S, x, S_name, name)
     return x
 
 
-def check_positions(positions, T: int, *, batch: int | None, name: str = "positions") -> torch.Tensor:
+def require_positions(positions, T: int, *, batch: int | None, name: str = "positions") -> torch.Tensor:
     """Integer positions ≥ 0 of shape (T,) or (B, T) (B pinned by ``batch`` where given)."""
-    check_tensor(positions, name)
+    require_tensor(positions, name)
     if positions.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {positions.dtype}")
     got = tuple(positions.shape)
@@ -501,3 +554,59 @@ def check_positions(positions, T: int, *, batch: int | None, name: str = "positi
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"{name} must be integers ≥ 0, got {int(positions.min())}")
     return positions
+
+
+# ------------------------------------------------------------------------------------------ values that are read
+# (embedding.py, position.py, heads.py: token IDs and positions are looked at, not only computed with)
+
+
+def require_readable(x: torch.Tensor, name: str) -> torch.Tensor:
+    """A tensor whose values the library reads (token IDs, positions): not a ``meta`` tensor, which has none."""
+    if x.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor, which holds no values to read: expected {name} on a device "
+                         "such as 'cpu' or 'cuda'")
+    return x
+
+
+def require_positions_on(positions, T: int, device: torch.device, *, batch: int | None, name: str = "positions",
+                         of: str = "x") -> torch.Tensor:
+    """:func:`require_positions`, read only once they are on ``device`` (that of ``of``) or on the CPU.
+
+    CPU positions are moved to ``device`` by the computation; positions on any other device are an error.
+    """
+    require_tensor(positions, name)
+    if positions.device not in (device, torch.device("cpu")):
+        raise ValueError(f"{name} is on {positions.device} but {of} is on {device}; use "
+                         f"{name}.to({str(device)!r})")
+    require_readable(positions, name)
+    return require_positions(positions, T, batch=batch, name=name)
+
+
+def require_attention_mask(mask, shape, *, like: torch.Tensor, causal: bool, name: str = "mask") -> torch.Tensor:
+    """A boolean mask (True = may attend, as SDPA) for scores of ``shape`` (..., T_q, T_k).
+
+    Its batch layout is explicit: it has every axis of the scores (each of size 1 or equal), e.g. (B, 1, T_q, T_k)
+    or a padding mask (B, 1, 1, T_k), or only (T_q, T_k). A mask with some but not all leading axes, such as
+    (B, T_q, T_k) for scores (B, h, T_q, T_k), would line up with the last axes (its B with the heads), so it is
+    an error. A mask that leaves no query any key (with the causal mask, where ``causal``) is in the other
+    boolean convention (True = blocked, as ``nn.MultiheadAttention`` reads it): an error too, not all-zero output.
+    """
+    shape = tuple(shape)
+    require_tensor(mask, name)
+    if mask.dtype == torch.bool and mask.dim() not in (2, len(shape)):
+        raise ValueError(f"{name} must have all {len(shape)} axes of the scores {shape} (each of size 1 or equal, "
+                         f"e.g. (B, 1, T_q, T_k) for one mask per sequence) or only (T_q, T_k), got "
+                         f"{tuple(mask.shape)}: with {mask.dim()} axes its first axis would be read as the scores' "
+                         f"axis {len(shape) - mask.dim()}, not axis 0")
+    require_mask(mask, shape, name, like=like)
+    if math.prod(shape):
+        T_q, T_k = shape[-2:]
+        readable = mask
+        if causal:   # the causal mask's True entries: key j on or before query i's position i + T_k - T_q
+            readable = mask & torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril(T_k - T_q)
+        if not bool(readable.any()):
+            raise ValueError(f"{name} {tuple(mask.shape)} lets no query read any key"
+                             f"{' (on or before its own position)' if causal else ''}, so every output would be 0: "
+                             "expected True = may attend, as F.scaled_dot_product_attention reads it; a mask with "
+                             "True = blocked (nn.MultiheadAttention's convention) must be inverted, ~mask")
+    return mask

@@ -13,17 +13,19 @@ import torch
 from torch import nn
 
 from ._validate import (
-    check_axis,
-    check_batch,
-    check_device,
-    check_dtype,
-    check_flags,
-    check_input,
-    check_is_pad,
-    check_mask,
-    check_positive,
-    check_same,
-    check_shape,
+    boundary,
+    require_attention_mask,
+    require_axis,
+    require_batch,
+    require_device,
+    require_dtype,
+    require_flags,
+    require_input,
+    require_is_pad,
+    require_mask,
+    require_positive,
+    require_same,
+    require_shape,
 )
 from .projections import Projections
 
@@ -33,23 +35,19 @@ __all__ = [
 ]
 
 
+@boundary("_scores_args")
 def scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     """S = Q Kᵀ: Q (..., T_q, d_k), K (..., T_k, d_k) → S (..., T_q, T_k); S[i, j] = q_i · k_j."""
-    d = check_shape(Q, "Q", "... T_q d_k")
-    check_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
-    check_same(Q, K, "Q", "K")
-    check_batch(Q, K, "Q", "K")
-    Q, K = Q.contiguous(), K.contiguous()   # any memory layout gives the bits of a plain copy
-    return Q @ K.transpose(-2, -1)
+    return Q @ K.transpose(-2, -1)   # (..., T_q, d_k) @ (..., d_k, T_k)
 
 
+@boundary("_scale_args")
 def scale(S: torch.Tensor, d_k: int) -> torch.Tensor:
     """S / √d_k, which keeps the scores' spread near 1 when q and k have unit-variance components."""
-    check_shape(S, "S", "...")
-    d_k, = check_positive(d_k=d_k)
     return S / math.sqrt(d_k)
 
 
+@boundary("_causal_mask_args")
 def causal_mask(T_q: int, T_k: int | None = None, *, dtype=torch.float32, device=None) -> torch.Tensor:
     """M (T_q, T_k): 0 where key j may be read by query i, −inf where j lies in i's future.
 
@@ -61,27 +59,23 @@ def causal_mask(T_q: int, T_k: int | None = None, *, dtype=torch.float32, device
     (``nn.MultiheadAttention`` reads a boolean mask the other way round; give it the float M instead.)
     """
     T_k = T_q if T_k is None else T_k
-    T_q, T_k = check_positive(T_q=T_q, T_k=T_k)
-    dtype = check_dtype(dtype, allow_bool=True)
-    device = None if device is None else check_device(device)
-    if T_k < T_q:
-        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
-    future = torch.ones(T_q, T_k, dtype=torch.bool, device=device).triu(1 + T_k - T_q)
+    future = torch.ones(T_q, T_k, dtype=torch.bool, device=device).triu(1 + T_k - T_q)   # j > i + T_k − T_q
     if dtype == torch.bool:
         return ~future   # True = may attend, as scaled_dot_product_attention reads it
     return torch.zeros(T_q, T_k, dtype=dtype, device=device).masked_fill(future, float("-inf"))
 
 
+@boundary("_padding_mask_args")
 def padding_mask(is_pad: torch.Tensor) -> torch.Tensor:
     """is_pad (B, T), True at a padding token → boolean mask (B, 1, 1, T), **True where key j may be read**.
 
     The two axes of size 1 broadcast over the h heads and the T_q queries: padding is never *read*, by any
     query of its own sequence. (A padding query itself still computes something; nobody uses it.)
     """
-    is_pad = check_is_pad(is_pad)
     return ~is_pad[:, None, None, :]
 
 
+@boundary("_sliding_window_mask_args")
 def sliding_window_mask(T_q: int, T_k: int | None = None, *, window: int, dtype=torch.float32,
                         device=None) -> torch.Tensor:
     """The causal mask with a window: query i reads only keys i − window + 1 … i (``window`` keys at most).
@@ -89,8 +83,6 @@ def sliding_window_mask(T_q: int, T_k: int | None = None, *, window: int, dtype=
     Same conventions as :func:`causal_mask`: float 0 / −inf by default, ``dtype=torch.bool`` gives True where
     query i may attend to key j. With T_k > T_q the queries are the last T_q positions.
     """
-    window, = check_positive(window=window)
-    dtype = check_dtype(dtype, allow_bool=True)
     allowed = causal_mask(T_q, T_k, dtype=torch.bool, device=device)   # (T_q, T_k): j ≤ i
     T_q, T_k = allowed.shape
     i = torch.arange(T_k - T_q, T_k, device=allowed.device)[:, None]  # absolute position of each query
@@ -100,6 +92,7 @@ def sliding_window_mask(T_q: int, T_k: int | None = None, *, window: int, dtype=
     return torch.zeros(T_q, T_k, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
 
 
+@boundary("_combine_masks_args")
 def combine_masks(mask: torch.Tensor | None, T_q: int, T_k: int, *, causal: bool = True,
                   device=None) -> torch.Tensor:
     """True where query i may read key j: ``mask`` (boolean, True = may attend) AND the causal mask.
@@ -108,38 +101,34 @@ def combine_masks(mask: torch.Tensor | None, T_q: int, T_k: int, *, causal: bool
     (B, 1, T_q, T_k), the same for every head. ``mask=None`` gives the causal mask alone (all True if not
     ``causal``).
     """
-    T_q, T_k = check_positive(T_q=T_q, T_k=T_k)
-    causal, = check_flags(causal=causal)
     if mask is not None:
-        check_mask(mask, (T_q, T_k), free_batch=True)
         device = mask.device
     allowed = (causal_mask(T_q, T_k, dtype=torch.bool, device=device) if causal
-               else torch.ones(T_q, T_k, dtype=torch.bool, device=device))
+               else torch.ones(T_q, T_k, dtype=torch.bool, device=device))   # (T_q, T_k)
     return allowed if mask is None else mask & allowed
 
 
+@boundary("_softmax_args")
 def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Stable softmax: subtract the row maximum first, so exp never overflows. Rows of −inf give NaN."""
-    check_shape(S, "S", "...")
-    dim = check_axis(dim, S, "S")
-    S = S.contiguous()   # any memory layout gives the bits of a plain copy
     S = S - S.amax(dim=dim, keepdim=True)
     e = S.exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
+@boundary("_attention_weights_args")
 def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True, *,
                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """P = softmax(Q Kᵀ / √d_k + M) of shape (..., T_q, T_k); every row sums to 1.
 
-    ``mask`` (boolean, True = may attend, broadcasting to (..., T_q, T_k) without enlarging it) blocks more
-    keys, on top of the causal mask. A row left with no key to read gets all-zero weights instead of NaN.
-    (With ``mask`` the blocked scores are overwritten with −inf, so a NaN score there is dropped.)
+    ``mask`` (boolean, True = may attend, as SDPA reads it) blocks more keys, on top of the causal mask. It has
+    all of the scores' axes, each of size 1 or equal (e.g. (B, 1, T_q, T_k)), or only (T_q, T_k). A row left
+    with no key to read gets all-zero weights instead of NaN; a mask that leaves *no* row a key is an error
+    (it is in the other convention, True = blocked). (With ``mask`` the blocked scores are overwritten with
+    −inf, so a NaN score there is dropped.)
     """
-    causal, = check_flags(causal=causal)
-    S = scale(scores(Q, K), Q.shape[-1])
+    S = scale(scores(Q, K), Q.shape[-1])   # (..., T_q, T_k)
     if mask is not None:
-        check_mask(mask, S.shape, like=S)
         allowed = combine_masks(mask, S.shape[-2], S.shape[-1], causal=causal)
         P = softmax(S.masked_fill(~allowed, float("-inf")))
         return P.masked_fill(~allowed.any(-1, keepdim=True), 0.0)    # nothing to read: 0, not 0/0
@@ -148,16 +137,13 @@ def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True, *,
     return softmax(S)
 
 
+@boundary("_attend_args")
 def attend(P: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """P (..., T_q, T_k) @ V (..., T_k, d_v) → (..., T_q, d_v): each output is a weighted average of values."""
-    d = check_shape(P, "P", "... T_q T_k")
-    check_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
-    check_same(P, V, "P", "V")
-    check_batch(P, V, "P", "V")
-    P, V = P.contiguous(), V.contiguous()   # any memory layout gives the bits of a plain copy
     return P @ V
 
 
+@boundary("_attention_args")
 def attention(Q, K, V, causal: bool = True, return_weights: bool = False, *, mask=None):
     """softmax(Q Kᵀ / √d_k + M) V, written out step by step. Returns (..., T_q, d_v) [, weights].
 
@@ -170,21 +156,108 @@ def attention(Q, K, V, causal: bool = True, return_weights: bool = False, *, mas
     that query's whole row of weights becomes NaN; with ``mask`` blocked scores are overwritten and the NaN is
     dropped. (torch's fused kernels may skip the future instead, so those rows can differ from SDPA's.)
     """
-    return_weights, = check_flags(return_weights=return_weights)
-    P = attention_weights(Q, K, causal, mask=mask)
-    out = attend(P, V)
+    P = attention_weights(Q, K, causal, mask=mask)   # (..., T_q, T_k)
+    out = attend(P, V)                               # (..., T_q, d_v)
     return (out, P) if return_weights else out
 
 
 class SingleHeadAttention(nn.Module):
     """One head of causal self-attention: X (B, T, d_model) → (B, T, d_v)."""
 
+    @boundary("_single_head_init_args")
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None):
         super().__init__()
         self.proj = Projections(d_model, d_k, d_v)
-        self.d_model = self.proj.d_model
+        self.d_model = d_model
 
+    @boundary("_single_head_forward_args")
     def forward(self, X: torch.Tensor, causal: bool = True, return_weights: bool = False):
-        check_input(X, "X", "... T d_model", self.proj.q.weight, d_model=self.d_model)
-        Q, K, V = self.proj(X)
+        Q, K, V = self.proj(X)   # (B, T, d_k), (B, T, d_k), (B, T, d_v)
         return attention(Q, K, V, causal=causal, return_weights=return_weights)
+
+
+# ------------------------------------------------------------------------------------------ argument specs
+# Each public entry point above is checked once, where a call comes in from outside the library
+# (see _validate.boundary, which finds a spec by its name); a spec returns the values the computation
+# gets: ints, bools, contiguous copies of views (any memory layout gives the bits of a plain copy).
+
+
+def _scores_args(Q, K) -> dict:
+    d = require_shape(Q, "Q", "... T_q d_k")
+    require_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
+    require_same(Q, K, "Q", "K")
+    require_batch(Q, K, "Q", "K")
+    return {"Q": Q.contiguous(), "K": K.contiguous()}   # any memory layout gives the bits of a plain copy
+
+
+def _scale_args(S, d_k) -> dict:
+    require_shape(S, "S", "...")
+    d_k, = require_positive(d_k=d_k)
+    return {"d_k": d_k}
+
+
+def _causal_mask_args(T_q, T_k, dtype, device) -> dict:
+    T_q, T_k = require_positive(T_q=T_q, T_k=T_q if T_k is None else T_k)
+    if T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    return {"T_q": T_q, "T_k": T_k, "dtype": require_dtype(dtype, allow_bool=True),
+            "device": None if device is None else require_device(device)}
+
+
+def _padding_mask_args(is_pad) -> None:
+    require_is_pad(is_pad)
+
+
+def _sliding_window_mask_args(T_q, T_k, window, dtype, device) -> dict:
+    window, = require_positive(window=window)
+    return {"window": window, **_causal_mask_args(T_q, T_k, dtype, device)}
+
+
+def _combine_masks_args(mask, T_q, T_k, causal, device) -> dict:
+    T_q, T_k = require_positive(T_q=T_q, T_k=T_k)
+    causal, = require_flags(causal=causal)
+    if mask is not None:
+        require_mask(mask, (T_q, T_k), free_batch=True)
+    return {"T_q": T_q, "T_k": T_k, "causal": causal,
+            "device": None if device is None or mask is not None else require_device(device)}
+
+
+def _softmax_args(S, dim) -> dict:
+    require_shape(S, "S", "...")
+    return {"S": S.contiguous(), "dim": require_axis(dim, S, "S")}   # any layout gives the bits of a copy
+
+
+def _attention_weights_args(Q, K, causal, mask) -> dict:
+    causal, = require_flags(causal=causal)
+    args = _scores_args(Q, K)
+    if mask is not None:
+        require_attention_mask(mask, (*Q.shape[:-1], K.shape[-2]), like=Q, causal=causal)
+    return {**args, "causal": causal}
+
+
+def _attend_args(P, V) -> dict:
+    d = require_shape(P, "P", "... T_q T_k")
+    require_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
+    require_same(P, V, "P", "V")
+    require_batch(P, V, "P", "V")
+    return {"P": P.contiguous(), "V": V.contiguous()}   # any memory layout gives the bits of a plain copy
+
+
+def _attention_args(Q, K, V, causal, return_weights, mask) -> dict:
+    return_weights, = require_flags(return_weights=return_weights)
+    args = _attention_weights_args(Q, K, causal, mask)
+    require_shape(V, "V", "... T_k d_v", T_k=K.shape[-2])
+    require_same(Q, V, "Q", "V")
+    require_batch(Q, V, "Q", "V")
+    return {**args, "V": V.contiguous(), "return_weights": return_weights}
+
+
+def _single_head_init_args(self, d_model, d_k, d_v) -> dict:
+    d_model, d_k, d_v = require_positive(d_model=d_model, d_k=d_k, d_v=d_k if d_v is None else d_v)
+    return {"d_model": d_model, "d_k": d_k, "d_v": d_v}
+
+
+def _single_head_forward_args(self, X, causal, return_weights) -> dict:
+    require_input(X, "X", "... T d_model", self.proj.q.weight, d_model=self.d_model)
+    causal, return_weights = require_flags(causal=causal, return_weights=return_weights)
+    return {"X": X.contiguous(), "causal": causal, "return_weights": return_weights}

@@ -11,38 +11,77 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import _show, check_choice, check_ids, check_is_pad, check_nonnegative
+from ._validate import _show, boundary, require_choice, require_is_pad, require_nonnegative, require_tensor
 
 __all__ = ["pad_prompts", "position_ids"]
 
 
+@boundary("_pad_prompts_args")
 def pad_prompts(prompts, pad_id: int, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
     """A list of B prompts, each a (T_b,) tensor of token IDs → ids (B, T) and is_pad (B, T), T = max T_b.
 
     ``side="left"`` puts the pads before each prompt (for generation), ``"right"`` after it (for training).
     """
-    if not isinstance(prompts, (list, tuple)) or not prompts:
-        raise TypeError(f"prompts must be a non-empty list of (T,) token-ID tensors, got {_show(prompts)}")
-    pad_id, = check_nonnegative(pad_id=pad_id)
-    side = check_choice(side, "side", ("left", "right"))
-    for k, p in enumerate(prompts):
-        check_ids(p, torch.iinfo(torch.int64).max, f"prompts[{k}]")   # any ID ≥ 0
-        if p.dim() != 1:
-            raise ValueError(f"prompts[{k}] must be one sequence (T,), got {tuple(p.shape)}")
-    T = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), T), pad_id, dtype=torch.long, device=prompts[0].device)
-    is_pad = torch.ones(len(prompts), T, dtype=torch.bool, device=prompts[0].device)
+    B, T, device = len(prompts), max(len(p) for p in prompts), prompts[0].device
+    ids = torch.full((B, T), pad_id, dtype=torch.long, device=device)      # (B, T), pads everywhere at first
+    is_pad = torch.ones(B, T, dtype=torch.bool, device=device)             # (B, T)
     for b, p in enumerate(prompts):
         cols = slice(T - len(p), T) if side == "left" else slice(0, len(p))
-        ids[b, cols], is_pad[b, cols] = p.to(ids.device), False
+        ids[b, cols], is_pad[b, cols] = p, False
     return ids, is_pad
 
 
+@boundary("_position_ids_args")
 def position_ids(is_pad: torch.Tensor) -> torch.Tensor:
     """is_pad (B, T) → positions (B, T): each real token's index among its row's real tokens.
 
     positions = cumsum(real) − 1, so a row's first real token is at position 0 however many pads come
     before it; pads before it get 0 too (clamped: −1 would index the last row of a table).
     """
-    is_pad = check_is_pad(is_pad)
     return ((~is_pad).long().cumsum(-1) - 1).clamp(min=0)
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
+# name, so the specs can follow the computations).
+
+
+def _pad_prompts_args(prompts, pad_id, side):
+    """Prompts: (T_b,) integer tensors, T_b ≥ 1, all on one device, every ID ≥ 0 (read once for the batch)."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise TypeError(f"prompts must be a non-empty list of (T,) token-ID tensors, got {_show(prompts)}")
+    pad_id, = require_nonnegative(pad_id=pad_id)
+    side = require_choice(side, "side", ("left", "right"))
+    for k, p in enumerate(prompts):
+        name = f"prompts[{k}]"
+        require_tensor(p, name)
+        if p.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {p.dtype}")
+        if p.dim() != 1:
+            raise ValueError(f"{name} must be one sequence (T,), got {tuple(p.shape)}")
+        if len(p) == 0:
+            raise ValueError(f"{name} is an empty sequence: T must be at least 1, got shape {tuple(p.shape)}")
+        if p.device != prompts[0].device:
+            raise ValueError(f"{name} is on {p.device} but prompts[0] is on {prompts[0].device}; put every "
+                             f"prompt on one device")
+    if prompts[0].device.type == "meta":
+        raise ValueError("prompts are on the meta device, which holds no values: expected token IDs on a device "
+                         "such as 'cpu' or 'cuda'")
+    _require_no_negative_ids(prompts)
+    return {"pad_id": pad_id, "side": side}
+
+
+def _require_no_negative_ids(prompts) -> None:
+    """Every ID ≥ 0, or an error naming the prompt and the position; one read of the values (one GPU sync)."""
+    negative = torch.cat([p < 0 for p in prompts])                      # (Σ T_b,)
+    if bool(negative.any()):
+        at = int(negative.nonzero()[0])
+        for k, p in enumerate(prompts):
+            if at < len(p):
+                raise ValueError(f"prompts[{k}] holds token id {int(p[at])} at position {at}: token IDs must be "
+                                 f"integers ≥ 0")
+            at -= len(p)
+
+
+def _position_ids_args(is_pad):
+    return {"is_pad": require_is_pad(is_pad)}

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_choice, check_flags, check_input, check_number, check_positive
-from .heads import KVCache, MultiHeadAttention
+from ._validate import boundary, require_choice, require_flags, require_input, require_number, require_positive
+from .heads import KVCache, MultiHeadAttention, _layer_call_args, _mha_init_args
 
 __all__ = ["MLP", "Block"]
 
@@ -23,20 +23,18 @@ class MLP(nn.Module):
     ``bias=False`` drops the two bias vectors.
     """
 
+    @boundary("_mlp_init_args")
     def __init__(self, d_model: int, d_ff: int, *, bias: bool = True, gelu: str = "exact"):
         super().__init__()
-        self.d_model, self.d_ff = check_positive(d_model=d_model, d_ff=d_ff)
-        bias, = check_flags(bias=bias)
-        self.gelu = check_choice(gelu, "gelu", ("exact", "tanh"))
-        self.W_1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.W_2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
+        self.d_model, self.d_ff, self.gelu = d_model, d_ff, gelu
+        self.W_1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.W_2 = nn.Linear(d_ff, d_model, bias=bias)
 
+    @boundary("_mlp_forward_args")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_model) → (..., d_model): the same two-layer network at every position."""
-        check_input(x, "x", "... d_model", self.W_1.weight, d_model=self.d_model)
-        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         approximate = "tanh" if self.gelu == "tanh" else "none"
-        return self.W_2(F.gelu(self.W_1(x), approximate=approximate))
+        return self.W_2(F.gelu(self.W_1(x), approximate=approximate))   # (..., d_model) → (..., d_ff) → back
 
 
 class Block(nn.Module):
@@ -47,28 +45,56 @@ class Block(nn.Module):
     (default h; chapter 10).
     """
 
+    @boundary("_block_init_args")
     def __init__(self, d_model: int, h: int, d_ff: int | None = None, *, norm: str = "pre",
                  rope: bool = False, backend: str = "sdpa", bias: bool = True, gelu: str = "exact",
                  eps: float = 1e-5, h_kv: int | None = None):
         super().__init__()
-        d_model, = check_positive(d_model=d_model)
-        norm = check_choice(norm, "norm", ("pre", "post"))
-        bias, = check_flags(bias=bias)
-        eps = check_number(eps, "eps", above=0)
         self.norm, self.d_model = norm, d_model
         self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.attn = MultiHeadAttention(d_model, h, h_kv=h_kv, bias=bias, rope=rope, backend=backend)
         self.ln_2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.mlp = MLP(d_model, 4 * d_model if d_ff is None else d_ff, bias=bias, gelu=gelu)
 
+    @boundary("_block_forward_args")
     def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, d_model) → (B, T, d_model). ``mask`` and ``positions``: see MultiHeadAttention.forward."""
-        check_input(x, "x", "B T d_model", self.ln_1.weight, d_model=self.d_model)
-        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         extra = dict(cache=cache, mask=mask, positions=positions)
         if self.norm == "pre":
-            H = x + self.attn(self.ln_1(x), causal=causal, **extra)
+            H = x + self.attn(self.ln_1(x), causal=causal, **extra)   # (B, T, d_model)
             return H + self.mlp(self.ln_2(H))
         H = self.ln_1(x + self.attn(x, causal=causal, **extra))
         return self.ln_2(H + self.mlp(H))
+
+
+# ------------------------------------------------------------------------------------------ argument specs
+# Each public entry point above is checked once, where a call comes in from outside the library
+# (see _validate.boundary, which finds a spec by its name); a spec returns the values the computation
+# gets: ints, bools, contiguous copies of views (any memory layout gives the bits of a plain copy).
+
+
+def _mlp_init_args(self, d_model, d_ff, bias, gelu) -> dict:
+    d_model, d_ff = require_positive(d_model=d_model, d_ff=d_ff)
+    bias, = require_flags(bias=bias)
+    return {"d_model": d_model, "d_ff": d_ff, "bias": bias, "gelu": require_choice(gelu, "gelu", ("exact", "tanh"))}
+
+
+def _mlp_forward_args(self, x) -> dict:
+    require_input(x, "x", "... d_model", self.W_1.weight, d_model=self.d_model)
+    return {"x": x.contiguous()}   # any memory layout gives the bits of a plain copy
+
+
+def _block_init_args(self, d_model, h, d_ff, norm, rope, backend, bias, gelu, eps, h_kv) -> dict:
+    d_model, = require_positive(d_model=d_model)
+    norm = require_choice(norm, "norm", ("pre", "post"))
+    bias, = require_flags(bias=bias)
+    eps = require_number(eps, "eps", above=0)
+    attn = _mha_init_args(None, d_model, h, h_kv, bias, rope, backend)
+    mlp = _mlp_init_args(None, d_model, 4 * d_model if d_ff is None else d_ff, bias, gelu)
+    return {**attn, **mlp, "norm": norm, "eps": eps}
+
+
+def _block_forward_args(self, x, causal, cache, mask, positions) -> dict:
+    require_input(x, "x", "B T d_model", self.ln_1.weight, d_model=self.d_model)
+    return _layer_call_args(self.attn, x, causal, cache, mask, positions)

@@ -18,14 +18,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ._validate import (
-    check_callable,
-    check_choice,
-    check_device,
-    check_divisible,
-    check_flags,
-    check_kv_heads,
-    check_nonnegative,
-    check_positive,
+    boundary,
+    require_callable,
+    require_choice,
+    require_device,
+    require_divisible,
+    require_flags,
+    require_kv_heads,
+    require_nonnegative,
+    require_positive,
 )
 
 __all__ = [
@@ -35,25 +36,13 @@ __all__ = [
 ]
 
 
-def _d_ff(d_model: int, d_ff: int | None) -> int:
-    return 4 * d_model if d_ff is None else check_positive(d_ff=d_ff)[0]
-
-
-def _sizes(B: int, T: int, d_model: int, h: int) -> tuple[int, int, int, int]:
-    """B, T, d_model, h as checked ints (h must divide d_model)."""
-    B, T = check_positive(B=B, T=T)
-    d_model, h = check_positive(d_model=d_model, h=h)
-    check_divisible(d_model, h)
-    return B, T, d_model, h
-
-
+@boundary("_sizes_args")
 def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
     """Forward matmul FLOPs of causal multi-head self-attention on x (B, T, d_model), stage by stage.
 
     qkv 6·B·T·d_model², scores (Q Kᵀ) 2·B·T²·d_model, weights·V 2·B·T²·d_model, W_O 2·B·T·d_model².
     The number of heads h does not change the count: h heads of d_head = d_model / h columns each.
     """
-    B, T, d_model, h = _sizes(B, T, d_model, h)
     return {
         "qkv": 2 * B * T * d_model * 3 * d_model,
         "scores": 2 * B * T * T * d_model,
@@ -62,15 +51,19 @@ def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
     }
 
 
+@boundary("_sizes_args")
 def block_flops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
-    """Forward matmul FLOPs of one Transformer block: the attention stages, the MLP (4·B·T·d_model·d_ff), total."""
+    """Forward matmul FLOPs of one Transformer block: the attention stages, the MLP (4·B·T·d_model·d_ff), total.
+
+    ``d_ff=None`` means 4·d_model, as in :class:`attnlib.Block`.
+    """
     f = attention_flops(B, T, d_model, h)
-    B, T, d_model, h = _sizes(B, T, d_model, h)
-    f["mlp"] = 2 * 2 * B * T * d_model * _d_ff(d_model, d_ff)
+    f["mlp"] = 2 * 2 * B * T * d_model * d_ff
     f["block"] = sum(f.values())
     return f
 
 
+@boundary("_sizes_args")
 def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d_ff: int | None = None,
                 *, backward: bool = False) -> dict[str, int]:
     """Forward matmul FLOPs of :class:`attnlib.GPT` on ids (B, T): embedding 0 (a table lookup), L blocks, head.
@@ -78,9 +71,6 @@ def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d
     With ``backward=True`` the result is forward plus backward: every product A @ B needs two products of the
     same size backwards (the gradients of A and of B), so the total is 3 × forward.
     """
-    L, vocab_size = check_positive(L=L, vocab_size=vocab_size)
-    B, T, d_model, h = _sizes(B, T, d_model, h)
-    backward, = check_flags(backward=backward)
     f = {"embedding": 0, "blocks": L * block_flops(B, T, d_model, h, d_ff)["block"],
          "head": 2 * B * T * d_model * vocab_size}
     f["model"] = sum(f.values())
@@ -89,38 +79,40 @@ def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d
     return f
 
 
+@boundary("_sizes_args")
 def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Rough counts of the elementwise work in one block (not matmuls, so FlopCounterMode counts none of it).
 
     scale + mask: 2 per score; softmax: about 5 per score (max, subtract, exp, sum, divide); GELU: about 8 per
     hidden unit; each LayerNorm: about 8 per element.
     """
-    B, T, d_model, h = _sizes(B, T, d_model, h)
     n_scores = B * h * T * T
     return {"scale_mask": 2 * n_scores, "softmax": 5 * n_scores,
-            "gelu": 8 * B * T * _d_ff(d_model, d_ff), "layernorms": 2 * 8 * B * T * d_model}
+            "gelu": 8 * B * T * d_ff, "layernorms": 2 * 8 * B * T * d_model}
 
 
+@boundary("_sizes_args")
 def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) -> dict[str, int]:
-    """Parameters of one block: W_QKV and W_O (4·d_model² + biases), MLP (2·d_model·d_ff + biases), 2 LayerNorms."""
-    d_model, = check_positive(d_model=d_model)
-    d_ff, (bias,) = _d_ff(d_model, d_ff), check_flags(bias=bias)
+    """Parameters of one block: W_QKV and W_O (4·d_model² + biases), MLP (2·d_model·d_ff + biases), 2 LayerNorms.
+
+    ``bias=False`` (as in ``Block(bias=False)``) drops every bias: the projections', the MLP's and the
+    LayerNorms' shifts, which leaves each LayerNorm its d_model scales.
+    """
     b = 1 if bias else 0
     p = {
         "qkv": 3 * d_model * d_model + b * 3 * d_model,
         "W_O": d_model * d_model + b * d_model,
-        "mlp": 2 * d_model * d_ff + d_ff + d_model,
-        "layernorms": 2 * 2 * d_model,
+        "mlp": 2 * d_model * d_ff + b * (d_ff + d_model),
+        "layernorms": 2 * (1 + b) * d_model,             # scale and shift of each LayerNorm
     }
     p["block"] = sum(p.values())
     return p
 
 
+@boundary("_sizes_args")
 def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | None = None,
                  *, pos: str | None = "learned") -> dict[str, int]:
     """Parameters of :class:`attnlib.GPT`: token table, position table (learned only), L blocks, final LN, head."""
-    vocab_size, d_model, L, max_T = check_positive(vocab_size=vocab_size, d_model=d_model, L=L, max_T=max_T)
-    pos = check_choice(pos, "pos", ("learned", "sinusoidal", "rope", None))
     p = {
         "embedding": vocab_size * d_model,
         "positions": max_T * d_model if pos == "learned" else 0,
@@ -132,6 +124,7 @@ def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | 
     return p
 
 
+@boundary("_sizes_args")
 def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Elements of the tensor each stage of one block produces (multiply by bytes per element for memory).
 
@@ -139,7 +132,6 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
     weights P (B, h, T, T) each: the only stages that grow with T²; the MLP's hidden layer B·T·d_ff;
     the K and V a cache keeps for generation, 2·B·T·d_model per block.
     """
-    B, T, d_model, h = _sizes(B, T, d_model, h)
     return {
         "X": B * T * d_model,
         "qkv": 3 * B * T * d_model,
@@ -147,17 +139,19 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
         "weights": B * h * T * T,
         "weights_v": B * T * d_model,
         "W_O": B * T * d_model,
-        "mlp_hidden": B * T * _d_ff(d_model, d_ff),
+        "mlp_hidden": B * T * d_ff,
         "kv_cache": 2 * B * T * d_model,
     }
 
 
 # ---------------------------------------------------------------------------------------------- measuring
+# The measuring functions run ``fn()``, the caller's own code, so they are no @boundary: inside a boundary the
+# library's functions that fn calls would skip their checks (and their copies of views), and be measured without.
 
 
 def count_flops(fn: Callable[[], object]) -> int:
     """Matmul FLOPs torch counts while running ``fn()`` (torch.utils.flop_counter.FlopCounterMode)."""
-    check_callable(fn)
+    require_callable(fn)
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -167,7 +161,7 @@ def count_flops(fn: Callable[[], object]) -> int:
 
 def count_ops(fn: Callable[[], object]) -> int:
     """How many aten operators ``fn()`` runs, every call counted: one per kernel a plain eager loop launches."""
-    check_callable(fn)
+    require_callable(fn)
     n = 0
 
     class Count(TorchDispatchMode):
@@ -187,7 +181,7 @@ def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", 
     It shows which kernel does the work, e.g. ``_scaled_dot_product_flash_attention_for_cpu``. A single
     string is one pattern (``match="mm"``), never a sequence of letters.
     """
-    check_callable(fn)
+    require_callable(fn)
     match = (match,) if isinstance(match, str) else match
     if not isinstance(match, (tuple, list)) or not match or not all(isinstance(m, str) and m for m in match):
         raise TypeError(f"match must be a non-empty string or a tuple of them, e.g. ('attention', 'softmax'), "
@@ -206,9 +200,13 @@ def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", 
     return seen
 
 
+@boundary("_sync_args")
 def sync(device=None) -> None:
     """Wait for queued GPU work, so a timer measures the work and not only its launch."""
-    device = check_device(device) if device is not None else None
+    _wait(device)
+
+
+def _wait(device: torch.device | None) -> None:
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device is not None and device.type == "mps":
@@ -217,7 +215,7 @@ def sync(device=None) -> None:
 
 def time_fn(fn: Callable[[], object], *, repeat: int = 10, warmup: int = 2, device=None) -> list[float]:
     """Seconds of each of ``repeat`` calls of ``fn()`` after ``warmup`` untimed calls (GPU-synchronised)."""
-    check_callable(fn)
+    require_callable(fn)
     return time_interleaved({"fn": fn}, repeat=repeat, warmup=warmup, device=device)["fn"]
 
 
@@ -227,22 +225,22 @@ def time_interleaved(fns: dict[str, Callable[[], object]], *, repeat: int = 10, 
 
     Returns seconds per call for each name; compare medians, or the median of the ratios of neighbouring calls.
     """
-    (repeat,), (warmup,) = check_positive(repeat=repeat), check_nonnegative(warmup=warmup)
+    (repeat,), (warmup,) = require_positive(repeat=repeat), require_nonnegative(warmup=warmup)
     if not isinstance(fns, dict) or not fns:
         raise TypeError(f"fns must be a non-empty dict of name → function, got {type(fns).__name__}")
     for name, fn in fns.items():
-        check_callable(fn, f"fns[{name!r}]")
-    device = check_device(device) if device is not None else None
+        require_callable(fn, f"fns[{name!r}]")
+    device = require_device(device) if device is not None else None
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    sync(device)
+    _wait(device)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             fn()
-            sync(device)
+            _wait(device)
             times[name].append(time.perf_counter() - t0)
     return times
 
@@ -290,8 +288,8 @@ def peak_memory(fn: Callable[[], object], device=None) -> int:
     a dispatch mode counts the storage of every tensor an operation returns, from its creation until the tensor
     is freed: repeatable to the byte, but blind to buffers a kernel allocates and frees inside itself.
     """
-    check_callable(fn)
-    device = check_device(device) if device is not None else torch.device("cpu")
+    require_callable(fn)
+    device = require_device(device) if device is not None else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -308,29 +306,59 @@ def peak_memory(fn: Callable[[], object], device=None) -> int:
 # ------------------------------------------------------------------------------- grouped-query attention (ch. 10)
 
 
+@boundary("_attention_params_args")
 def attention_params(d_model: int, h: int, h_kv: int | None = None, *, bias: bool = True) -> dict[str, int]:
     """Parameters of one ``MultiHeadAttention(d_model, h, h_kv=h_kv)``, matrix by matrix (biases included).
 
     W_Q and W_O are d_model × d_model; W_K and W_V are d_model × (h_kv·d_head) each, d_head = d_model / h.
     With h_kv = h this is 4·d_model² + 4·d_model; with h_kv = 1 (multi-query) W_K and W_V shrink by h.
     """
-    d_model, h = check_positive(d_model=d_model, h=h)
-    d_head = check_divisible(d_model, h)
-    h_kv, (bias,) = check_kv_heads(h, h_kv), check_flags(bias=bias)
     b = 1 if bias else 0
-    d_kv = h_kv * d_head
+    d_kv = h_kv * (d_model // h)                        # h_kv heads of d_head columns
     p = {"W_Q": d_model * d_model + b * d_model, "W_K": d_model * d_kv + b * d_kv,
          "W_V": d_model * d_kv + b * d_kv, "W_O": d_model * d_model + b * d_model}
     p["attention"] = sum(p.values())
     return p
 
 
+@boundary("_sizes_args")
 def kv_cache_bytes(L: int, h_kv: int, d_head: int, *, bytes_per_number: int = 2) -> int:
     """Bytes of KV cache one token adds to a model of L layers: 2 (K and V) · L · h_kv · d_head numbers.
 
     ``bytes_per_number``: 2 for float16 / bfloat16 (the default), 4 for float32. Multiply by T and B for a
     whole cache; the number of query heads h does not appear.
     """
-    L, h_kv, d_head, bytes_per_number = check_positive(L=L, h_kv=h_kv, d_head=d_head,
-                                                       bytes_per_number=bytes_per_number)
     return 2 * L * h_kv * d_head * bytes_per_number
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
+# name, so the specs can follow the computations).
+
+_SIZES = ("B", "T", "d_model", "h", "L", "vocab_size", "max_T", "h_kv", "d_head", "bytes_per_number")
+
+
+def _sizes_args(**args) -> dict:
+    """The formulas' arguments: sizes positive ints (h divides d_model), d_ff an int (None: 4·d_model), a switch
+    True or False, ``pos`` one of GPT's choices."""
+    out = dict(zip((n for n in _SIZES if n in args), require_positive(**{n: args[n] for n in _SIZES if n in args})))
+    if "h" in out:
+        require_divisible(out["d_model"], out["h"])
+    if "d_ff" in args:
+        out["d_ff"] = 4 * out["d_model"] if args["d_ff"] is None else require_positive(d_ff=args["d_ff"])[0]
+    for flag in ("bias", "backward"):
+        if flag in args:
+            out[flag], = require_flags(**{flag: args[flag]})
+    if "pos" in args:
+        out["pos"] = require_choice(args["pos"], "pos", ("learned", "sinusoidal", "rope", None))
+    return out
+
+
+def _attention_params_args(d_model, h, h_kv, bias):
+    (d_model, h), (bias,) = require_positive(d_model=d_model, h=h), require_flags(bias=bias)
+    require_divisible(d_model, h)
+    return {"d_model": d_model, "h": h, "h_kv": require_kv_heads(h, h_kv), "bias": bias}
+
+
+def _sync_args(device):
+    return {"device": None if device is None else require_device(device)}

@@ -5,33 +5,33 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_ids, check_nonnegative, check_positive, check_shape
+from ._validate import boundary, require_ids, require_nonnegative, require_positive, require_readable, require_shape
 
-__all__ = ["TokenEmbedding", "check_ids", "one_hot_embedding", "running_X0"]
+__all__ = ["TokenEmbedding", "require_ids", "one_hot_embedding", "running_X0"]
 
 
+@boundary("_one_hot_args")
 def one_hot_embedding(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """The same lookup written as a matrix product: one_hot(ids) (…, T, vocab) @ table (vocab, d_model)."""
-    d = check_shape(table, "table", "vocab_size d_model")
-    check_ids(ids, d["vocab_size"], like=table)
-    one_hot = torch.nn.functional.one_hot(ids.long(), d["vocab_size"]).to(table.dtype)
-    return one_hot @ table.contiguous()   # any memory layout gives the bits of a plain copy
+    one_hot = torch.nn.functional.one_hot(ids.long(), table.shape[0]).to(table.dtype)   # (..., T, vocab_size)
+    return one_hot @ table   # (..., T, d_model)
 
 
 class TokenEmbedding(nn.Module):
     """A learned (vocab_size, d_model) table; ids (B, T) or (T,) → X₀ (B, T, d_model) or (T, d_model)."""
 
+    @boundary("_init_args")
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
-        vocab_size, d_model = check_positive(vocab_size=vocab_size, d_model=d_model)
         self.vocab_size, self.d_model = vocab_size, d_model
         self.table = nn.Parameter(torch.randn(vocab_size, d_model) * 0.02)
 
+    @boundary("_forward_args")
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        check_ids(ids, self.vocab_size, like=self.table)
-        return self.table[ids]
+        return self.table[ids]   # (B, T) → (B, T, d_model): row ids[b, t] of the table
 
 
+@boundary("_running_X0_args")
 def running_X0(d_model: int = 16, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
     """X₀ (1, T, d_model) of the running example and its T token pieces.
 
@@ -41,9 +41,41 @@ def running_X0(d_model: int = 16, seed: int = 0) -> tuple[torch.Tensor, list[str
     from .position import sinusoidal_positions
     from .text import ToyTokenizer, example_ids
 
-    d_model, = check_positive(d_model=d_model)
-    seed, = check_nonnegative(seed=seed)
     ids, pieces = example_ids()
     g = torch.Generator().manual_seed(seed)
     table = torch.randn(ToyTokenizer().vocab_size, d_model, generator=g)
     return (table[ids] + sinusoidal_positions(len(pieces), d_model))[None], pieces
+
+
+# ------------------------------------------------------------------------------------------ argument specs
+# Each public entry point above is checked once, where a call comes in from outside the library
+# (see _validate.boundary, which finds a spec by its name); a spec returns the values the computation
+# gets: ints, bools, contiguous copies of views (any memory layout gives the bits of a plain copy).
+
+
+def _ids_args(ids, table) -> None:
+    """Token IDs for a (vocab_size, d_model) table: on its device, then (only then) their values are read."""
+    if isinstance(ids, torch.Tensor) and ids.device == table.device:
+        require_readable(ids, "ids")   # a model on 'meta' has no values to look up, nor have its ids
+    require_ids(ids, table.shape[0], like=table)
+
+
+def _one_hot_args(ids, table) -> dict:
+    require_shape(table, "table", "vocab_size d_model")
+    _ids_args(ids, table)
+    return {"table": table.contiguous()}   # any memory layout gives the bits of a plain copy
+
+
+def _init_args(self, vocab_size, d_model) -> dict:
+    vocab_size, d_model = require_positive(vocab_size=vocab_size, d_model=d_model)
+    return {"vocab_size": vocab_size, "d_model": d_model}
+
+
+def _forward_args(self, ids) -> None:
+    _ids_args(ids, self.table)
+
+
+def _running_X0_args(d_model, seed) -> dict:
+    d_model, = require_positive(d_model=d_model)
+    seed, = require_nonnegative(seed=seed)
+    return {"d_model": d_model, "seed": seed}

@@ -26,7 +26,17 @@ from importlib import resources
 import numpy as np
 import torch
 
-from ._validate import check_choice, check_flags, check_labels, check_nonnegative, check_number, check_positive
+from ._validate import (
+    boundary,
+    require_choice,
+    require_flags,
+    require_ids,
+    require_labels,
+    require_nonnegative,
+    require_number,
+    require_positive,
+    require_tensor,
+)
 from .attention import causal_mask, scale, scores, softmax
 from .heads import repeat_kv
 from .text import labels
@@ -57,6 +67,9 @@ def _scores_table(S) -> torch.Tensor:
         if S.dtype == torch.bool or S.is_complex() or not (S.is_floating_point() or S.dtype in (torch.int64,
                                                                                                   torch.int32)):
             raise TypeError(f"S must hold real numbers, got dtype {S.dtype}")
+        if S.device.type == "meta":
+            raise ValueError("S is on the meta device, which holds no values: expected raw scores on a device "
+                             "such as 'cpu' or 'cuda' (they are copied to the CPU)")
         S = S.detach().to("cpu", torch.float64)
     elif isinstance(S, np.ndarray):
         if not (np.issubdtype(S.dtype, np.floating) or np.issubdtype(S.dtype, np.integer)):
@@ -108,19 +121,14 @@ class AttentionExplorer:
     def d_k(self) -> int:
         return self._data["d_k"]
 
+    @boundary("_weights_args")
     def weights(self, layer: int = 0, head: int = 0, *, scaled: bool = True, causal: bool = True,
                 temperature: float = 1.0) -> torch.Tensor:
         """P (T, T) = softmax(S / (√d_k · τ) + M) from the stored scores, as the figure computes it.
 
         Uses the library's ``scale``, ``causal_mask`` and ``softmax`` on the numbers written into the page.
         """
-        L, h = self._data["L"], self._data["h"]
-        layer, head = check_nonnegative(layer=layer, head=head)
-        if layer >= L or head >= h:
-            raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1}, got layer={layer}, head={head}")
-        scaled, causal = check_flags(scaled=scaled, causal=causal)
-        temperature = check_number(temperature, "temperature", above=0)
-        S = self.scores[layer, head]
+        S = self.scores[layer, head]                         # (T, T)
         if scaled:
             S = scale(S, self.d_k)
         S = S / temperature
@@ -161,6 +169,7 @@ class AttentionExplorer:
         return f"<interactive attention figure: {what}{extra}>"
 
 
+@boundary("_explore_args")
 def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), scaled: bool = True,
             causal: bool = True, temperature: float = 1.0, layer: int = 0, head: int = 0,
             query: int | None = None, layer_label: str = "block") -> AttentionExplorer:
@@ -173,40 +182,13 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     scaled, causal, temperature, layer, head: what the figure shows first. query: the query whose lines are
     drawn first (default: the last position, T − 1). layer_label: the menu's word for a layer.
     """
-    S = _scores_table(S)
-    L, h, T = S.shape[0], S.shape[1], S.shape[2]
-    if T > MAX_T:
-        raise ValueError(f"T must be at most {MAX_T} tokens for a readable figure, got T={T}")
-    if S.numel() > MAX_NUMBERS:
-        raise ValueError(f"S must hold at most {MAX_NUMBERS} scores (L·h·T·T) to keep the page light, got "
-                         f"{S.numel()} for shape (L={L}, h={h}, T={T}, T={T}); show fewer tokens or heads")
-    tokens = check_labels(tokens, T)
-    d_k, = check_positive(d_k=d_k)
-    if isinstance(controls, str) or not isinstance(controls, (list, tuple, set, frozenset)):
-        raise TypeError(f"controls must be a tuple of names from {CONTROLS}, got {controls!r} "
-                        f"({type(controls).__name__})")
-    chosen = {check_choice(c, "each control", CONTROLS) for c in controls}
-    scaled, causal = check_flags(scaled=scaled, causal=causal)
-    lo, hi, _ = TEMPERATURE_RANGE
-    temperature = check_number(temperature, "temperature", above=0)
-    if not lo <= temperature <= hi:
-        raise ValueError(f"temperature must be between {lo} and {hi} (the slider's range), got {temperature}")
-    layer, head = check_nonnegative(layer=layer, head=head)
-    if layer >= L or head >= h:
-        raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1} for S of shape (L={L}, h={h}, T, T), "
-                         f"got layer={layer}, head={head}")
-    query = T - 1 if query is None else check_nonnegative(query=query)[0]
-    if query >= T:
-        raise ValueError(f"query must be a position in 0..{T - 1}, got {query}")
-    if not isinstance(title, str) or not isinstance(layer_label, str):
-        bad = "title" if not isinstance(title, str) else "layer_label"
-        raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
+    L, h, T, _ = S.shape                                    # S: float64 (L, h, T, T) on the CPU
     data = {
         "v": 1, "title": title, "tokens": tokens,
         "labels": labels(tokens),   # a word-initial space shown as '▁', as in the plots
         "d_k": d_k, "L": L, "h": h, "T": T, "layerLabel": layer_label,
         "S": _round(S),
-        "controls": {c: c in chosen for c in CONTROLS},
+        "controls": {c: c in controls for c in CONTROLS},
         "state": {"layer": layer, "head": head, "scaled": scaled, "causal": causal,
                   "temperature": round(temperature, 4), "query": query},
         "tempRange": list(TEMPERATURE_RANGE),
@@ -214,6 +196,7 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     return AttentionExplorer(data)
 
 
+@boundary("_model_scores_args")
 @torch.no_grad()
 def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
     """Raw scores S = Q Kᵀ (L, h, T, T) of every head of every block of a Pre-Norm ``GPT``, for ids (T,) or (1, T).
@@ -225,19 +208,6 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
     The scores are float64, computed on the CPU by a float64 copy of the model: a page stores them rounded, and
     float32 rounding (which differs between processors and kernel paths) must not reach the stored digits.
     """
-    from .model import GPT
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
-    if getattr(model.config, "norm", "pre") != "pre":
-        raise ValueError(f"model must be Pre-Norm (norm='pre') so that block l's Q and K come from ln_1(X_l), "
-                         f"got norm={model.config.norm!r}")
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"ids must be a torch.Tensor of token IDs (T,) or (1, T), got {type(ids).__name__}")
-    if ids.dim() == 1:
-        ids = ids[None]
-    if ids.dim() != 2 or ids.shape[0] != 1:
-        raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
     model = copy.deepcopy(model).to("cpu", torch.float64)
     tables = []
     for block, X_l in zip(model.blocks, model.hidden_states(ids.cpu())):
@@ -245,3 +215,75 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
         K = repeat_kv(K, Q.shape[1] // K.shape[1])            # each K head for its group of query heads
         tables.append(scores(Q, K)[0])                        # (h, T, T)
     return torch.stack(tables)
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
+# name, so the specs can follow the computations).
+
+
+def _layer_head(layer, head, L: int, h: int, of: str = "") -> dict:
+    layer, head = require_nonnegative(layer=layer, head=head)
+    if layer >= L or head >= h:
+        raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1}{of}, got layer={layer}, head={head}")
+    return {"layer": layer, "head": head}
+
+
+def _weights_args(self, layer, head, scaled, causal, temperature):
+    scaled, causal = require_flags(scaled=scaled, causal=causal)
+    return {**_layer_head(layer, head, self._data["L"], self._data["h"]), "scaled": scaled, "causal": causal,
+            "temperature": require_number(temperature, "temperature", above=0)}
+
+
+def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, layer, head, query, layer_label):
+    """S as a float64 (L, h, T, T) table on the CPU, controls as a set, query as a position (T − 1 for None)."""
+    S = _scores_table(S)
+    L, h, T = S.shape[0], S.shape[1], S.shape[2]
+    if T > MAX_T:
+        raise ValueError(f"T must be at most {MAX_T} tokens for a readable figure, got T={T}")
+    if S.numel() > MAX_NUMBERS:
+        raise ValueError(f"S must hold at most {MAX_NUMBERS} scores (L·h·T·T) to keep the page light, got "
+                         f"{S.numel()} for shape (L={L}, h={h}, T={T}, T={T}); show fewer tokens or heads")
+    tokens = require_labels(tokens, T)
+    d_k, = require_positive(d_k=d_k)
+    if isinstance(controls, str) or not isinstance(controls, (list, tuple, set, frozenset)):
+        raise TypeError(f"controls must be a tuple of names from {CONTROLS}, got {controls!r} "
+                        f"({type(controls).__name__})")
+    chosen = {require_choice(c, "each control", CONTROLS) for c in controls}
+    scaled, causal = require_flags(scaled=scaled, causal=causal)
+    lo, hi, _ = TEMPERATURE_RANGE
+    temperature = require_number(temperature, "temperature", above=0)
+    if not lo <= temperature <= hi:
+        raise ValueError(f"temperature must be between {lo} and {hi} (the slider's range), got {temperature}")
+    where = _layer_head(layer, head, L, h, f" for S of shape (L={L}, h={h}, T, T)")
+    query = T - 1 if query is None else require_nonnegative(query=query)[0]
+    if query >= T:
+        raise ValueError(f"query must be a position in 0..{T - 1}, got {query}")
+    if not isinstance(title, str) or not isinstance(layer_label, str):
+        bad = "title" if not isinstance(title, str) else "layer_label"
+        raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
+    return {"S": S, "tokens": tokens, "d_k": d_k, "controls": chosen, "scaled": scaled, "causal": causal,
+            "temperature": temperature, **where, "query": query}
+
+
+def _model_scores_args(model, ids):
+    """A Pre-Norm GPT and one sequence of its token IDs, (T,) or (1, T) → (1, T), on any device but meta."""
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
+    if model.config.norm != "pre":
+        raise ValueError(f"model must be Pre-Norm (norm='pre') so that block l's Q and K come from ln_1(X_l), "
+                         f"got norm={model.config.norm!r}")
+    require_tensor(ids, "ids")
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
+    if ids.device.type == "meta":
+        raise ValueError("ids are on the meta device, which hold no values: expected token IDs on a device such "
+                         "as 'cpu' or 'cuda' (they are copied to the CPU)")
+    require_ids(ids, model.config.vocab_size)      # here: the model's own check is skipped inside this call
+    if ids.shape[1] > model.config.max_T:
+        raise ValueError(f"ids hold T={ids.shape[1]} tokens, more than the model's max_T={model.config.max_T}")
+    return {"ids": ids}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_choice
-from .model import GPT
+from ._validate import boundary, require_choice
+from .model import GPT, GPTConfig
 
 __all__ = ["from_gpt2", "to_gpt2", "load_gpt2", "weight_pairs"]
 
@@ -30,13 +30,13 @@ def _gpt2_classes():
     return GPT2Config, GPT2LMHeadModel
 
 
+@boundary("_require_pair")
 def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     """(attnlib tensor, GPT-2 tensor, transpose?) for every weight of two models of the same sizes.
 
     Conv1D stores (in, out), nn.Linear (out, in): those pairs are transposed. The tied head has no pair
-    of its own (it is the token table).
+    of its own (it is the token table), so both models must tie it, or neither.
     """
-    _check_pair(gpt, hf)
     t = hf.transformer
     pairs = [(gpt.embed.table, t.wte.weight, False),          # token table (vocab_size, d_model)
              (gpt.positions.table, t.wpe.weight, False)]      # learned positions (max_T, d_model)
@@ -59,20 +59,23 @@ def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     return pairs
 
 
-def _check_pair(gpt, hf) -> None:
+def _require_pair(gpt, hf) -> None:
     _, GPT2LMHeadModel = _gpt2_classes()
     if not isinstance(gpt, GPT):
         raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
     if not isinstance(hf, GPT2LMHeadModel):
         raise TypeError(f"hf must be a transformers GPT2LMHeadModel, got {type(hf).__name__}")
-    c = hf.config
-    ours = (gpt.config.vocab_size, gpt.d_model, gpt.config.h, len(gpt.blocks), gpt.max_T,
-            gpt.blocks[0].mlp.d_ff)
+    c, g = hf.config, gpt.config
+    ours = (g.vocab_size, g.d_model, g.h, g.L, g.max_T, g.d_ff)
     theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
-    if ours != theirs or gpt.pos != "learned" or gpt.blocks[0].attn.h_kv != gpt.config.h:
+    if ours != theirs or g.pos != "learned" or g.h_kv != g.h or not g.bias:
         raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
-                         f"learned positions and h_kv = h: GPT has {ours}, pos={gpt.pos!r}, "
-                         f"h_kv={gpt.blocks[0].attn.h_kv}; GPT-2 has {theirs}")
+                         f"learned positions, biases and h_kv = h: GPT has {ours}, pos={g.pos!r}, "
+                         f"bias={g.bias}, h_kv={g.h_kv}; GPT-2 has {theirs}")
+    if g.tie != _tied(hf):
+        raise ValueError(f"both models must tie the output head to the token table, or neither: the GPT has "
+                         f"tie={g.tie}, GPT-2's lm_head {'is' if _tied(hf) else 'is not'} its wte; a tied head "
+                         f"has no pair of its own, so one side's head would be left out")
 
 
 def _tied(hf) -> bool:
@@ -89,7 +92,7 @@ def from_gpt2(hf_model) -> GPT:
     if not isinstance(hf_model, GPT2LMHeadModel):
         raise TypeError(f"hf_model must be a transformers GPT2LMHeadModel, got {type(hf_model).__name__}")
     c = hf_model.config
-    act = check_choice(c.activation_function, "config.activation_function", tuple(_GELU))
+    act = require_choice(c.activation_function, "config.activation_function", tuple(_GELU))
     if not c.scale_attn_weights or c.scale_attn_by_inverse_layer_idx:
         raise ValueError(f"attnlib scales scores by 1/√d_head only: expected scale_attn_weights=True and "
                          f"scale_attn_by_inverse_layer_idx=False, got {c.scale_attn_weights} and "
@@ -98,8 +101,9 @@ def from_gpt2(hf_model) -> GPT:
         raise ValueError("attnlib's GPT has no cross-attention, got config.add_cross_attention=True")
     tie = _tied(hf_model)
     table = hf_model.transformer.wte.weight
-    gpt = GPT(c.vocab_size, c.n_embd, c.n_head, c.n_layer, d_ff=c.n_inner, max_T=c.n_positions, pos="learned",
-              norm="pre", tie=tie, gelu=_GELU[act], bias=True, eps=c.layer_norm_epsilon)
+    gpt = GPT(GPTConfig(vocab_size=c.vocab_size, d_model=c.n_embd, h=c.n_head, L=c.n_layer, d_ff=c.n_inner,
+                        max_T=c.n_positions, pos="learned", norm="pre", tie=tie, gelu=_GELU[act], bias=True,
+                        eps=c.layer_norm_epsilon))
     gpt = gpt.to(device=table.device, dtype=table.dtype)
     with torch.no_grad():
         for ours, theirs, transpose in weight_pairs(gpt, hf_model):
@@ -121,16 +125,14 @@ def to_gpt2(gpt: GPT):
     for name, want in wanted.items():
         if getattr(cfg, name) != want:
             raise ValueError(f"GPT-2 has {name}={want!r}; this model has {name}={getattr(cfg, name)!r}")
-    h_kv = gpt.blocks[0].attn.h_kv
-    if h_kv != cfg.h:
+    if cfg.h_kv != cfg.h:
         raise ValueError(f"GPT-2 has one key/value head per query head (h_kv = h = {cfg.h}); this model has "
-                         f"h_kv={h_kv} key/value heads for h={cfg.h} query heads (grouped-query attention)")
+                         f"h_kv={cfg.h_kv} key/value heads for h={cfg.h} query heads (grouped-query attention)")
     GPT2Config, GPT2LMHeadModel = _gpt2_classes()
-    d_ff = gpt.blocks[0].mlp.d_ff
     last = cfg.vocab_size - 1   # GPT-2's bos/eos id is its last token; keep it inside this vocabulary
     config = GPT2Config(
         vocab_size=cfg.vocab_size, n_positions=cfg.max_T, n_embd=cfg.d_model, n_layer=cfg.L, n_head=cfg.h,
-        n_inner=d_ff, activation_function="gelu_new" if cfg.gelu == "tanh" else "gelu",
+        n_inner=cfg.d_ff, activation_function="gelu_new" if cfg.gelu == "tanh" else "gelu",
         layer_norm_epsilon=cfg.eps, tie_word_embeddings=cfg.tie, bos_token_id=last, eos_token_id=last,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     table = gpt.embed.table

@@ -18,18 +18,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import (
-    check_cache,
-    check_choice,
-    check_divisible,
-    check_flags,
-    check_input,
-    check_kv_heads,
-    check_mask,
-    check_nonnegative,
-    check_positions,
-    check_positive,
-    check_same,
-    check_shape,
+    boundary,
+    require_attention_mask,
+    require_cache,
+    require_choice,
+    require_divisible,
+    require_flags,
+    require_input,
+    require_kv_heads,
+    require_nonnegative,
+    require_positions_on,
+    require_positive,
+    require_same,
+    require_shape,
 )
 from .attention import attention, causal_mask, combine_masks
 from .position import apply_rope
@@ -37,31 +38,32 @@ from .position import apply_rope
 __all__ = ["split_heads", "merge_heads", "repeat_kv", "KVCache", "MultiHeadAttention"]
 
 
+@boundary("_split_heads_args")
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
     """(B, T, d_model) → (B, h, T, d_head). The transpose matters: a plain reshape mixes positions."""
-    d = check_shape(x, "x", "B T d_model")
-    d_head = check_divisible(d["d_model"], h)
-    return x.reshape(d["B"], d["T"], h, d_head).transpose(1, 2)
+    B, T, d_model = x.shape
+    return x.reshape(B, T, h, d_model // h).transpose(1, 2)   # (B, T, h, d_head) → (B, h, T, d_head)
 
 
+@boundary("_merge_heads_args")
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, h, T, d_head) → (B, T, h·d_head): heads concatenated side by side for every position."""
-    d = check_shape(x, "x", "B h T d_head")
-    return x.transpose(1, 2).reshape(d["B"], d["T"], d["h"] * d["d_head"])
+    B, h, T, d_head = x.shape
+    return x.transpose(1, 2).reshape(B, T, h * d_head)   # (B, T, h, d_head) → (B, T, h·d_head)
 
 
+@boundary("_repeat_kv_args")
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """(B, h_kv, T, d_head) → (B, h_kv·n_rep, T, d_head): each K or V head repeated n_rep times in a row.
 
     Heads 0, 0, …, 1, 1, …: key/value head j serves query heads j·n_rep … (j+1)·n_rep − 1, the same as
     ``x.repeat_interleave(n_rep, dim=1)``. With n_rep = 1 it returns x itself.
     """
-    d = check_shape(x, "x", "B h_kv T d_head")
-    n_rep, = check_positive(n_rep=n_rep)
     if n_rep == 1:
         return x
-    x = x[:, :, None].expand(d["B"], d["h_kv"], n_rep, d["T"], d["d_head"])   # (B, h_kv, n_rep, T, d_head)
-    return x.reshape(d["B"], d["h_kv"] * n_rep, d["T"], d["d_head"])
+    B, h_kv, T, d_head = x.shape
+    x = x[:, :, None].expand(B, h_kv, n_rep, T, d_head)   # (B, h_kv, n_rep, T, d_head), no copy yet
+    return x.reshape(B, h_kv * n_rep, T, d_head)
 
 
 @dataclass
@@ -76,18 +78,16 @@ class KVCache:
     K: torch.Tensor | None = None
     V: torch.Tensor | None = None
 
+    @boundary("_kv_cache_args")
     def __post_init__(self):
-        check_cache(self, "KVCache")
+        """K and V given at construction are checked by the spec (both or neither, one shape, dtype and device)."""
 
     def __len__(self) -> int:
         return 0 if self.K is None else self.K.shape[-2]
 
+    @boundary("_extend_args")
     def extend(self, K_new: torch.Tensor, V_new: torch.Tensor):
         """Append the new positions' K and V and return the full (B, h_kv, T_past + T_new, d_head) tensors."""
-        d = check_shape(K_new, "K_new", "B h T_new d_head")   # h here: the layer's h_kv key/value heads
-        check_shape(V_new, "V_new", "B h T_new d_head", **d)
-        check_same(K_new, V_new, "K_new", "V_new")
-        check_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
         self.K = K_new if self.K is None else torch.cat([self.K, K_new], dim=-2)
         self.V = V_new if self.V is None else torch.cat([self.V, V_new], dim=-2)
         return self.K, self.V
@@ -102,36 +102,31 @@ class MultiHeadAttention(nn.Module):
     ``h_kv`` (default h) key/value heads: each serves a group of h / h_kv query heads (chapter 10).
     """
 
+    @boundary("_mha_init_args")
     def __init__(self, d_model: int, h: int, *, h_kv: int | None = None, bias: bool = True, rope: bool = False,
                  backend: str = "sdpa"):
         super().__init__()
-        (d_model, h), (bias, rope) = check_positive(d_model=d_model, h=h), check_flags(bias=bias, rope=rope)
-        self.d_head = check_divisible(d_model, h)
-        self.h_kv = check_kv_heads(h, h_kv)
-        backend = check_choice(backend, "backend", ("sdpa", "plain"))
-        if rope and self.d_head % 2:
-            raise ValueError(f"rope=True rotates pairs of dimensions, so d_head = d_model / h must be even, "
-                             f"got d_head={self.d_head} (d_model={d_model}, h={h})")
         self.d_model, self.h, self.rope, self.backend = d_model, h, rope, backend
+        self.h_kv = h if h_kv is None else h_kv
+        self.d_head = d_model // h
         self.qkv_sizes = (h * self.d_head, self.h_kv * self.d_head, self.h_kv * self.d_head)
         self.W_QKV = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)   # rows: all of W_Q, then W_K, then W_V
         self.W_O = nn.Linear(d_model, d_model, bias=bias)
 
+    @boundary("_qkv_args")
     def qkv(self, x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None):
         """x (B, T, d_model) → Q (B, h, T, d_head), K and V (B, h_kv, T, d_head); RoPE on Q and K if enabled.
 
         ``offset`` is the position of x's first row (the length of the cache when earlier K and V are kept).
         ``positions`` (B, T) gives every row its own RoPE position instead (a padded batch, chapter 11).
         """
-        check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
-        offset, = check_nonnegative(offset=offset)
-        x = x.contiguous()   # any memory layout gives the bits of a plain copy
         Q, K, V = self.W_QKV(x).split(self.qkv_sizes, dim=-1)   # widths h·d_head, h_kv·d_head, h_kv·d_head
         Q, K, V = split_heads(Q, self.h), split_heads(K, self.h_kv), split_heads(V, self.h_kv)
         if self.rope:
             Q, K = apply_rope(Q, offset, positions=positions), apply_rope(K, offset, positions=positions)
         return Q, K, V
 
+    @boundary("_mha_forward_args")
     def forward(self, x: torch.Tensor, *, causal: bool = True, cache: KVCache | None = None,
                 return_weights: bool = False, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None):
@@ -139,21 +134,14 @@ class MultiHeadAttention(nn.Module):
 
         With ``cache``, x holds only the new positions; their K and V are appended to the cache and the
         queries attend to every cached position as well.
-        ``mask``: boolean, True = may attend, broadcasting to (B, h, T, T_k) (e.g. a padding mask
-        (B, 1, 1, T_k)), ANDed with the causal mask; a query with nothing to read outputs zeros.
+        ``mask``: boolean, True = may attend, (B|1, h|1, T, T_k) (e.g. a padding mask (B, 1, 1, T_k)) or
+        (T, T_k), ANDed with the causal mask; a query with nothing to read outputs zeros.
         ``positions`` (B, T): RoPE positions of x's rows, one per token (chapter 11).
         """
-        d = check_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
-        causal, return_weights = check_flags(causal=causal, return_weights=return_weights)
-        T_past = 0 if cache is None else check_cache(cache, B=d["B"], h=self.h_kv, d_head=self.d_head, like=x,
-                                                     h_query=self.h)
-        if mask is not None:
-            check_mask(mask, (d["B"], self.h, d["T"], T_past + d["T"]), like=x)
-        if positions is not None:
-            check_positions(positions, d["T"], batch=d["B"])
-        Q, K, V = self.qkv(x, offset=T_past, positions=positions)
+        T_past = 0 if cache is None else len(cache)
+        Q, K, V = self.qkv(x, offset=T_past, positions=positions)   # (B, h, T, d_head), K, V (B, h_kv, T, d_head)
         if cache is not None:
-            K, V = cache.extend(K, V)
+            K, V = cache.extend(K, V)   # (B, h_kv, T_past + T, d_head)
         K, V = repeat_kv(K, self.h // self.h_kv), repeat_kv(V, self.h // self.h_kv)   # (B, h, T_k, d_head)
         weights = None
         if self.backend == "plain" or return_weights:
@@ -166,6 +154,81 @@ class MultiHeadAttention(nn.Module):
             mask = causal_mask(Q.shape[-2], K.shape[-2], dtype=Q.dtype, device=Q.device)
             out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
         else:
-            out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
-        out = self.W_O(merge_heads(out))
+            out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)   # (B, h, T, d_head)
+        out = self.W_O(merge_heads(out))   # (B, T, d_model)
         return (out, weights) if return_weights else out
+
+
+# ------------------------------------------------------------------------------------------ argument specs
+# Each public entry point above is checked once, where a call comes in from outside the library
+# (see _validate.boundary, which finds a spec by its name); a spec returns the values the computation
+# gets: ints, bools, contiguous copies of views (any memory layout gives the bits of a plain copy).
+
+
+def _split_heads_args(x, h) -> dict:
+    d = require_shape(x, "x", "B T d_model")
+    require_divisible(d["d_model"], h)
+    return {"h": int(h)}   # a NumPy integer checked by require_divisible
+
+
+def _merge_heads_args(x) -> None:
+    require_shape(x, "x", "B h T d_head")
+
+
+def _repeat_kv_args(x, n_rep) -> dict:
+    require_shape(x, "x", "B h_kv T d_head")
+    return {"n_rep": require_positive(n_rep=n_rep)[0]}
+
+
+def _kv_cache_args(self) -> None:
+    require_cache(self, "KVCache")
+
+
+def _extend_args(self, K_new, V_new) -> None:
+    d = require_shape(K_new, "K_new", "B h T_new d_head")   # h here: the layer's h_kv key/value heads
+    require_shape(V_new, "V_new", "B h T_new d_head", **d)
+    require_same(K_new, V_new, "K_new", "V_new")
+    require_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
+
+
+def _mha_init_args(self, d_model, h, h_kv, bias, rope, backend) -> dict:
+    """The options of one attention layer (also checked by Block, whose layer then skips them)."""
+    (d_model, h), (bias, rope) = require_positive(d_model=d_model, h=h), require_flags(bias=bias, rope=rope)
+    d_head = require_divisible(d_model, h)
+    h_kv = require_kv_heads(h, h_kv)
+    backend = require_choice(backend, "backend", ("sdpa", "plain"))
+    if rope and d_head % 2:
+        raise ValueError(f"rope=True rotates pairs of dimensions, so d_head = d_model / h must be even, "
+                         f"got d_head={d_head} (d_model={d_model}, h={h})")
+    return {"d_model": d_model, "h": h, "h_kv": h_kv, "bias": bias, "rope": rope, "backend": backend}
+
+
+def _positions_args(x, positions) -> None:
+    """RoPE positions (T,) or (B, T) for x (B, T, d_model): checked with or without RoPE, so a bad one never hides."""
+    if positions is not None:
+        require_positions_on(positions, x.shape[1], x.device, batch=x.shape[0])
+
+
+def _qkv_args(self, x, offset, positions) -> dict:
+    require_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
+    offset, = require_nonnegative(offset=offset)
+    _positions_args(x, positions)
+    return {"x": x.contiguous(), "offset": offset}   # any memory layout gives the bits of a plain copy
+
+
+def _layer_call_args(layer, x, causal, cache, mask, positions) -> dict:
+    """What one attention layer is called with (x checked already): also checked by Block.forward."""
+    causal, = require_flags(causal=causal)
+    B, T, _ = x.shape
+    T_past = 0 if cache is None else require_cache(cache, B=B, h=layer.h_kv, d_head=layer.d_head, like=x,
+                                                   h_query=layer.h)
+    if mask is not None:
+        require_attention_mask(mask, (B, layer.h, T, T_past + T), like=x, causal=causal)
+    _positions_args(x, positions)
+    return {"x": x.contiguous(), "causal": causal}   # any memory layout gives the bits of a plain copy
+
+
+def _mha_forward_args(self, x, causal, cache, return_weights, mask, positions) -> dict:
+    require_input(x, "x", "B T d_model", self.W_QKV.weight, d_model=self.d_model)
+    return_weights, = require_flags(return_weights=return_weights)
+    return {**_layer_call_args(self, x, causal, cache, mask, positions), "return_weights": return_weights}

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_ids, check_nonnegative, check_positive, check_shape
-from .model import GPT
+from ._validate import _show, boundary, require_ids, require_nonnegative, require_positive, require_shape
+from .model import GPT, GPTConfig
 
 __all__ = [
     "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
@@ -35,17 +35,17 @@ __all__ = [
     "new_model", "train_induction", "load_models", "stored_losses",
 ]
 
-# The recipe. vocab_size ≥ the longest block, so a block's tokens can all differ.
-CONFIG = {"vocab_size": 32, "d_model": 64, "h": 4, "L": 2, "max_T": 48, "pos": "learned",
+# The recipe: the model, and the training run. vocab_size ≥ the longest block, so a block's tokens can all differ.
+CONFIG = {"model": GPTConfig(vocab_size=32, d_model=64, h=4, L=2, max_T=48, pos="learned"),
           "n_min": 6, "n_max": 24, "B": 32, "steps": 1500, "lr": 1e-3, "weight_decay": 0.01}
 SEEDS = (0, 1)
 WEIGHTS = Path(__file__).with_name("data") / "heads.safetensors"
-_MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")
+_MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
 
 
 def repeated_blocks(B: int, n: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
     """Token IDs (B, 2n): per row, n distinct random tokens, then the same n tokens again."""
-    B, n, vocab_size = check_positive(B=B, n=n, vocab_size=vocab_size)
+    B, n, vocab_size = require_positive(B=B, n=n, vocab_size=vocab_size)
     if n > vocab_size:
         raise ValueError(f"a block of n={n} distinct tokens needs vocab_size >= n, got {vocab_size}")
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
@@ -61,34 +61,32 @@ def head_weights(model: GPT, ids: torch.Tensor) -> torch.Tensor:
 
     Block l's weights come from its input X_l through its first LayerNorm (the model must be Pre-Norm).
     """
-    _check_gpt(model)
+    _require_gpt(model)
     X = model.hidden_states(ids)
     tables = []
     for block, X_l in zip(model.blocks, X):
-        _, P = block.attn(block.ln_1(X_l), causal=model.causal, return_weights=True)
+        _, P = block.attn(block.ln_1(X_l), causal=model.config.causal, return_weights=True)
         tables.append(P)
     return torch.stack(tables)
 
 
-def _check_table(P) -> dict[str, int]:
-    d = check_shape(P, "P", "... T T_k")
+def _require_table(P) -> dict[str, int]:
+    d = require_shape(P, "P", "... T T_k")
     if d["T"] != d["T_k"]:
         raise ValueError(f"P must end in a square (T, T) table, got shape {tuple(P.shape)}")
     return d
 
 
+@boundary("_previous_token_args")
 def previous_token_score(P: torch.Tensor) -> torch.Tensor:
     """P (…, T, T) → (…): the mean weight a query puts on the position just before it, over i ≥ 1."""
-    T = _check_table(P)["T"]
-    if T < 2:
-        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
     return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
 def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier position with
     the same token as position i. Rows of tokens seen for the first time are all False."""
-    check_shape(ids, "ids", "... T", float_only=False)
+    require_shape(ids, "ids", "... T", float_only=False)
     if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
         raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
     T = ids.shape[-1]
@@ -104,7 +102,7 @@ def induction_targets(ids: torch.Tensor) -> torch.Tensor:
 def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean weight on
     the token right after the previous occurrence of the query's token, over the queries that have one."""
-    d = _check_table(P)
+    d = _require_table(P)
     target = induction_targets(ids)
     if ids.shape[-1] != d["T"]:
         raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
@@ -136,8 +134,8 @@ def half_losses(model: GPT, ids: torch.Tensor) -> tuple[float, float]:
     First half: the predictions of tokens 1 … n − 1. Repeated half: of tokens n + 1 … 2n − 1 (token n,
     where the repeat starts, cannot be known in advance and counts in neither).
     """
-    _check_gpt(model)
-    check_ids(ids, model.vocab_size, like=model.embed.table)
+    _require_gpt(model)
+    require_ids(ids, model.config.vocab_size, like=model.embed.table)
     T = ids.shape[-1]
     if ids.dim() != 2 or T % 2 or T < 4:
         raise ValueError(f"ids must be (B, 2n) with n >= 2, got shape {tuple(ids.shape)}")
@@ -150,15 +148,17 @@ def half_losses(model: GPT, ids: torch.Tensor) -> tuple[float, float]:
 def ablate_heads(model: GPT, heads):
     """Within the ``with`` block, every (layer, head) pair in ``heads`` outputs zeros: the head's d_head
     columns of the concatenated heads are zeroed before W_O mixes them."""
-    _check_gpt(model)
+    _require_gpt(model)
     if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(v, int) for v in heads):
         raise TypeError(f"heads must be a list of (layer, head) pairs, got the single pair {heads}; "
                         f"write [{heads}]")
+    if not isinstance(heads, (list, tuple, set)):
+        raise TypeError(f"heads must be a list of (layer, head) pairs, got {_show(heads)}")
     columns = {}
     for pair in heads:
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
             raise TypeError(f"heads must hold (layer, head) pairs, got {pair!r}")
-        layer, head = check_nonnegative(layer=pair[0], head=pair[1])
+        layer, head = require_nonnegative(layer=pair[0], head=pair[1])
         if layer >= len(model.blocks):
             raise ValueError(f"layer must be below L={len(model.blocks)}, got {layer}")
         attn = model.blocks[layer].attn
@@ -184,8 +184,9 @@ def ablate_heads(model: GPT, heads):
 
 def new_model(seed: int, config: dict = CONFIG) -> GPT:
     """The untrained model of the recipe, its weights drawn from torch's RNG seeded with ``seed``."""
+    seed, = require_nonnegative(seed=seed)
     torch.manual_seed(seed)
-    return GPT(**{k: config[k] for k in _MODEL_KEYS})
+    return GPT(_require_recipe(config)["model"])
 
 
 def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) -> tuple[GPT, list[float]]:
@@ -195,8 +196,9 @@ def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) 
     fixed distance: it has to look for the token. Run it with one thread to get the stored losses bit
     for bit.
     """
-    seed, = check_nonnegative(seed=seed)
-    steps, = check_positive(steps=config["steps"] if steps is None else steps)
+    seed, = require_nonnegative(seed=seed)
+    config = _require_recipe(config)
+    steps, = require_positive(steps=config["steps"] if steps is None else steps)
     model = new_model(seed, config)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
@@ -204,7 +206,7 @@ def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) 
     losses = []
     for _ in range(steps):
         n = int(torch.randint(config["n_min"], config["n_max"] + 1, (1,), generator=g))
-        ids = repeated_blocks(config["B"], n, config["vocab_size"], g)
+        ids = repeated_blocks(config["B"], n, config["model"].vocab_size, g)
         loss = model.loss(ids[:, :-1], ids[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -218,10 +220,11 @@ def load_models(path: str | Path = WEIGHTS) -> dict[int, GPT]:
     """The shipped trained models, ``{seed: GPT}``, read from a local safetensors file."""
     from safetensors.torch import load_file
 
-    tensors, meta = load_file(str(path)), _metadata(path)
+    meta = _metadata(path)
+    tensors, recipe = load_file(str(path)), _recipe_from_file(meta["config"])
     models = {}
     for seed in meta["seeds"]:
-        model = new_model(seed, meta["config"])
+        model = new_model(seed, recipe)
         prefix = f"seed{seed}."
         model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
         models[seed] = model.eval()
@@ -236,16 +239,47 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:
 def _metadata(path) -> dict:
     from safetensors import safe_open
 
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or a Path to a safetensors file, got {_show(path)}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no weights file at {path} (`python -m attnlib.induction` writes the shipped one)")
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
     return {"config": json.loads(meta["config"]), "seeds": json.loads(meta["seeds"]),
             "losses": json.loads(meta["losses"])}
 
 
-def _check_gpt(model) -> None:
+def _recipe_from_file(flat: dict) -> dict:
+    """The file's recipe (the model's fields beside the training run's, as ``json`` keeps them) → a CONFIG."""
+    model = GPTConfig(**{k: flat[k] for k in _MODEL_KEYS})
+    return {"model": model, **{k: v for k, v in flat.items() if k not in _MODEL_KEYS}}
+
+
+def _recipe_to_file(config: dict) -> dict:
+    model = config["model"]
+    return {**{k: getattr(model, k) for k in _MODEL_KEYS}, **{k: v for k, v in config.items() if k != "model"}}
+
+
+def _require_recipe(config) -> dict:
+    """A dict with every key of CONFIG, its "model" a GPTConfig."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict like attnlib.induction.CONFIG, got {_show(config)}")
+    missing = sorted(set(CONFIG) - set(config))
+    if missing:
+        raise ValueError(f"config lacks the recipe's keys {missing}; start from {{**CONFIG, ...}}")
+    if not isinstance(config["model"], GPTConfig):
+        raise TypeError(f"config['model'] must be a GPTConfig, got {_show(config['model'])}")
+    n_min, n_max = require_positive(n_min=config["n_min"], n_max=config["n_max"])
+    if n_min > n_max or 2 * n_max - 1 > config["model"].max_T or n_max > config["model"].vocab_size:
+        raise ValueError(f"the blocks need n_min <= n_max, 2·n_max - 1 <= max_T={config['model'].max_T} "
+                         f"and n_max <= vocab_size={config['model'].vocab_size}, got n_min={n_min}, n_max={n_max}")
+    return config
+
+
+def _require_gpt(model) -> None:
     if not isinstance(model, GPT):
         raise TypeError(f"model must be an attnlib.GPT, got {type(model).__name__}")
-    if model.blocks[0].norm != "pre":
+    if model.config.norm != "pre":
         raise ValueError("head weights are read through ln_1, which needs a Pre-Norm model (norm='pre')")
 
 
@@ -265,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
             tensors[f"seed{seed}.{k}"] = v.detach().contiguous()
         print(f"seed {seed}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
               f"loss {losses[seed][0]:.3f} → {sum(losses[seed][-50:]) / 50:.3f} (last 50)")
-    meta = {"config": json.dumps(CONFIG), "seeds": json.dumps(list(SEEDS)),
+    meta = {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS)),
             "losses": json.dumps({str(s): [round(x, 6) for x in ls] for s, ls in losses.items()}),
             "torch": torch.__version__}
     save_file(tensors, args.out, metadata=meta)
@@ -274,3 +308,9 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _previous_token_args(P) -> None:
+    T = _require_table(P)["T"]
+    if T < 2:
+        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")

@@ -1,29 +1,36 @@
 """Chapter 8: a compact GPT-style model. token IDs (B, T) → X₀ → L blocks → X_L → LayerNorm → logits.
 
-Each block has its own parameters: the structure repeats, the weights do not.
+Each block has its own parameters: the structure repeats, the weights do not. Every option lives in one
+:class:`GPTConfig`; the model reads it as ``model.config``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ._validate import (
-    check_caches,
-    check_choice,
-    check_divisible,
-    check_flags,
-    check_ids,
-    check_is_pad,
-    check_kv_heads,
-    check_nonnegative,
-    check_number,
-    check_positions,
-    check_positive,
-    check_targets,
+    _show,
+    boundary,
+    require_caches,
+    require_choice,
+    require_divisible,
+    require_flags,
+    require_ids,
+    require_is_pad,
+    require_kv_heads,
+    require_nonnegative,
+    require_number,
+    require_positions,
+    require_positive,
+    require_readable,
+    require_targets,
+    require_tensor,
 )
 from .attention import padding_mask
 from .batches import position_ids
@@ -32,20 +39,27 @@ from .embedding import TokenEmbedding
 from .heads import KVCache
 from .position import LearnedPositions, sinusoidal_positions
 
-__all__ = ["GPT", "IGNORE_INDEX"]   # GPTConfig: import it from attnlib.model
+__all__ = ["GPT", "GPTConfig", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100   # a target equal to this is skipped by GPT.loss (the value torch's cross_entropy uses)
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Every option of :class:`GPT` in one place; ``GPT.from_config(cfg)`` builds the model, ``model.config``
-    gives it back. The defaults are the course's model; GPT-2 uses ``tie=True, gelu="tanh"`` (``GPT.from_gpt2``).
+    """Every option of :class:`GPT` in one place: ``GPT(config)`` builds the model, ``model.config`` gives it
+    back. The defaults are the course's model; GPT-2 uses ``tie=True, gelu="tanh"`` (:mod:`attnlib.gpt2`).
 
+    ``pos``: "learned" or "sinusoidal" (added to X₀), "rope" (rotates Q and K in every block) or None.
+    ``causal=False`` removes the mask everywhere (chapter 8's leak experiment).
     ``tie``: the output head reuses the token embedding table (head.weight is embed.table).
     ``gelu``: "exact" or "tanh" (the approximation GPT-2 calls ``gelu_new``).
     ``bias``: False removes every bias (projections, MLP, LayerNorm shifts). ``eps``: every LayerNorm's ε.
-    ``h_kv``: key/value heads per attention layer, each shared by h / h_kv query heads (None: h_kv = h).
+    ``h_kv``: key/value heads per attention layer, each shared by h / h_kv query heads (chapter 10).
+
+    The options are checked once, here, and stored as plain Python values (a NumPy size becomes an int).
+    The derived sizes are filled in: ``d_ff`` None → 4·d_model, ``h_kv`` None → h, ``d_head`` = d_model / h.
+    ``dataclasses.replace(config, d_model=…)`` keeps the filled-in d_ff and h_kv: pass them again if they
+    should follow.
     """
 
     vocab_size: int
@@ -63,70 +77,35 @@ class GPTConfig:
     bias: bool = True
     eps: float = 1e-5
     h_kv: int | None = None
+    d_head: int = field(init=False, repr=False)
+
+    def __post_init__(self):
+        for name, value in _config_fields(self).items():
+            object.__setattr__(self, name, value)   # frozen: filled in once, here
 
 
 class GPT(nn.Module):
-    """A decoder-only Transformer.
+    """A decoder-only Transformer built from a :class:`GPTConfig`.
 
-    ``pos``: "learned" or "sinusoidal" (added to X₀), "rope" (rotates Q and K in every block) or None.
-    ``causal=False`` removes the mask everywhere (chapter 8's leak experiment).
-    ``tie``, ``gelu``, ``bias``, ``eps``, ``h_kv``: see :class:`GPTConfig` (the defaults keep the course's model).
+    ``GPT(config)``, or the config's fields directly: ``GPT(vocab_size, d_model, h, L, pos="rope", …)``
+    builds ``GPTConfig(vocab_size, d_model, h, L, pos="rope", …)`` once.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, h: int = 4, L: int = 2, d_ff: int | None = None,
-                 max_T: int = 128, *, pos: str | None = "learned", norm: str = "pre", causal: bool = True,
-                 backend: str = "sdpa", tie: bool = False, gelu: str = "exact", bias: bool = True,
-                 eps: float = 1e-5, h_kv: int | None = None):
+    @boundary("_init_args")
+    def __init__(self, config: GPTConfig | int | None = None, /, *sizes, **options):
         super().__init__()
-        vocab_size, d_model, L, max_T = check_positive(vocab_size=vocab_size, d_model=d_model, L=L, max_T=max_T)
-        pos = check_choice(pos, "pos", ("learned", "sinusoidal", "rope", None))
-        causal, tie, bias = check_flags(causal=causal, tie=tie, bias=bias)
-        gelu = check_choice(gelu, "gelu", ("exact", "tanh"))
-        eps = check_number(eps, "eps", above=0)
-        d_head = check_divisible(d_model, h)
-        check_kv_heads(h, h_kv)
-        if pos == "sinusoidal" and d_model % 2:
-            raise ValueError(f"pos='sinusoidal' adds sin/cos pairs, so d_model must be even, got d_model={d_model}")
-        if pos == "rope" and d_head % 2:
-            raise ValueError(f"pos='rope' rotates pairs of dimensions in every head, so d_head = d_model / h must "
-                             f"be even, got d_head={d_head} (d_model={d_model}, h={h})")
-        self.vocab_size, self.d_model, self.max_T, self.pos, self.causal = vocab_size, d_model, max_T, pos, causal
-        self.embed = TokenEmbedding(vocab_size, d_model)                       # ids → X₀
-        self.positions = LearnedPositions(max_T, d_model) if pos == "learned" else None
+        c = self.config = _as_config(config, sizes, options)   # GPT(config) or GPT(vocab_size, d_model, …)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model)                   # ids → X₀
+        self.positions = LearnedPositions(c.max_T, c.d_model) if c.pos == "learned" else None
         self.blocks = nn.ModuleList(
-            Block(d_model, h, d_ff, norm=norm, rope=pos == "rope", backend=backend, bias=bias, gelu=gelu,
-                  eps=eps, h_kv=h_kv) for _ in range(L))
-        self.ln_f = nn.LayerNorm(d_model, eps=eps, bias=bias)                  # final LayerNorm
-        self.head = nn.Linear(d_model, vocab_size, bias=False)                 # X_L → logits
-        if tie:
+            Block(c.d_model, c.h, c.d_ff, norm=c.norm, rope=c.pos == "rope", backend=c.backend, bias=c.bias,
+                  gelu=c.gelu, eps=c.eps, h_kv=c.h_kv) for _ in range(c.L))
+        self.ln_f = nn.LayerNorm(c.d_model, eps=c.eps, bias=c.bias)           # final LayerNorm
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)            # X_L → logits
+        if c.tie:
             self.head.weight = self.embed.table   # one (vocab_size, d_model) parameter, used twice
-        self.config = GPTConfig(vocab_size, d_model, h, L, d_ff, max_T, pos=pos, norm=norm, causal=causal,
-                                backend=backend, tie=tie, gelu=gelu, bias=bias, eps=eps, h_kv=h_kv)
 
-    @classmethod
-    def from_config(cls, config: GPTConfig) -> GPT:
-        """Build a model from a :class:`GPTConfig` (the same as passing its fields as keywords)."""
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        return cls(**asdict(config))
-
-    @classmethod
-    def from_gpt2(cls, hf_model) -> GPT:
-        """A GPT with the weights of a Hugging Face ``GPT2LMHeadModel`` (see :mod:`attnlib.gpt2`)."""
-        from .gpt2 import from_gpt2
-        return from_gpt2(hf_model)
-
-    def to_gpt2(self):
-        """This model as a Hugging Face ``GPT2LMHeadModel`` with copied weights (see :mod:`attnlib.gpt2`)."""
-        from .gpt2 import to_gpt2
-        return to_gpt2(self)
-
-    def _check_ids(self, ids) -> None:
-        """ids must be (B, T) token IDs of this vocabulary, on the model's device (B = 0 is allowed)."""
-        check_ids(ids, self.vocab_size, like=self.embed.table)
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (B, T), got {tuple(ids.shape)}; use ids[None] for one sequence")
-
+    @boundary("_embed_args")
     def embed_tokens(self, ids: torch.Tensor, offset: int = 0, *,
                      positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) → X₀ (B, T, d_model): token embedding plus absolute position, if any.
@@ -134,40 +113,31 @@ class GPT(nn.Module):
         ``offset`` (≥ 0) is the position of the first token, when earlier positions sit in a KV cache.
         ``positions`` (B, T), one position per token (a padded batch, chapter 11), replaces the offset's.
         """
-        self._check_ids(ids)
-        offset, = check_nonnegative(offset=offset)
-        T = ids.shape[-1]
-        if offset + T > self.max_T:
-            at = f" (offset={offset} + {T} new)" if offset else ""
-            raise ValueError(f"T={offset + T}{at} exceeds the context length max_T={self.max_T}")
-        if positions is not None:
-            positions = check_positions(positions, T, batch=ids.shape[0]).to(ids.device)
-        X = self.embed(ids)
-        if self.pos == "learned":
+        c, T = self.config, ids.shape[-1]
+        X = self.embed(ids)                                                    # (B, T, d_model)
+        if c.pos == "learned":
             X = X + self.positions(T, offset, positions=positions)
-        elif self.pos == "sinusoidal" and positions is None:
-            X = X + sinusoidal_positions(offset + T, self.d_model)[offset:].to(X)
-        elif self.pos == "sinusoidal":
-            n = int(positions.max()) + 1 if positions.numel() else 1
-            X = X + sinusoidal_positions(n, self.d_model).to(X)[positions]
+        elif c.pos == "sinusoidal":
+            PE = sinusoidal_positions(c.max_T, c.d_model).to(X)                # (max_T, d_model)
+            X = X + (PE[offset:offset + T] if positions is None else PE[positions])
         return X
 
-    def _padding(self, ids: torch.Tensor, is_pad, offset: int):
+    def _padding(self, is_pad: torch.Tensor | None, offset: int):
         """is_pad (B, T_past + T) of the whole sequence so far → mask (B, 1, 1, T_past + T), positions (B, T)."""
         if is_pad is None:
             return None, None
-        self._check_ids(ids)
-        is_pad = _check_pad_flags(is_pad, ids, offset + ids.shape[-1])
         return padding_mask(is_pad), position_ids(is_pad)[:, offset:]
 
+    @boundary("_hidden_args")
     def hidden_states(self, ids: torch.Tensor, *, is_pad: torch.Tensor | None = None) -> list[torch.Tensor]:
         """[X₀, X₁, …, X_L], each (B, T, d_model): the residual stream after every block."""
-        mask, positions = self._padding(ids, is_pad, 0)
+        mask, positions = self._padding(is_pad, 0)
         X = [self.embed_tokens(ids, positions=positions)]
         for block in self.blocks:
-            X.append(block(X[-1], causal=self.causal, mask=mask, positions=positions))   # reads X_l, never X₀
+            X.append(block(X[-1], causal=self.config.causal, mask=mask, positions=positions))   # reads X_l, never X₀
         return X
 
+    @boundary("_forward_args")
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None, *,
                 is_pad: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) → logits (B, T, vocab_size) for the next token at every position.
@@ -177,30 +147,25 @@ class GPT(nn.Module):
         ``is_pad`` (B, T_past + T), True at a padding token of the whole sequence so far: padding is never
         read, and each row counts its positions from its own first real token (chapter 11).
         """
-        offset = 0 if caches is None else self._cache_length(ids, caches)
-        mask, positions = self._padding(ids, is_pad, offset)   # (B, 1, 1, T_past + T), (B, T)
-        X = self.embed_tokens(ids, offset, positions=positions)
+        offset = len(caches[0]) if caches else 0                   # T_past positions already cached
+        mask, positions = self._padding(is_pad, offset)            # (B, 1, 1, T_past + T), (B, T)
+        X = self.embed_tokens(ids, offset, positions=positions)    # (B, T, d_model)
         for l, block in enumerate(self.blocks):
-            X = block(X, causal=self.causal, cache=caches[l] if caches else None, mask=mask, positions=positions)
-        return self.head(self.ln_f(X))
+            X = block(X, causal=self.config.causal, cache=caches[l] if caches else None, mask=mask,
+                      positions=positions)
+        return self.head(self.ln_f(X))                             # (B, T, vocab_size)
 
-    def _cache_length(self, ids, caches) -> int:
-        self._check_ids(ids)
-        attn = self.blocks[0].attn
-        return check_caches(caches, len(self.blocks), B=ids.shape[0], h=attn.h_kv, d_head=attn.d_head,
-                            like=self.embed.table, h_query=attn.h)
-
+    @boundary("_loss_args")
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of predicting targets (B, T) from ids (B, T).
 
         A target equal to ``IGNORE_INDEX`` (−100) is skipped; at least one target must count.
         """
-        self._check_ids(ids)
-        targets = check_targets(targets, ids, self.vocab_size, IGNORE_INDEX)
-        logits = self(ids)
-        return F.cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        logits = self(ids)                                         # (B, T, vocab_size)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
     @torch.no_grad()
+    @boundary("_generate_args")
     def generate(self, ids: torch.Tensor, n_new: int, *, use_cache: bool = True, temperature: float = 0.0,
                  generator: torch.Generator | None = None, is_pad: torch.Tensor | None = None) -> torch.Tensor:
         """Append n_new tokens to ids (B, T), one at a time. temperature 0 picks the most likely token.
@@ -211,59 +176,19 @@ class GPT(nn.Module):
         ``is_pad`` (B, T): prompts of different lengths, **left**-padded (``pad_prompts(..., side="left")``),
         so that every row's newest token is in the last column; each row gets the tokens it would get alone.
         """
-        self._check_ids(ids)
-        if is_pad is not None:
-            is_pad = _check_left_padding(is_pad, ids)
-        (n_new,), (use_cache,) = check_positive(n_new=n_new), check_flags(use_cache=use_cache)
-        temperature = check_number(temperature, "temperature", minimum=0)
-        _check_generator(generator, ids.device)
-        if ids.shape[-1] + n_new - 1 > self.max_T:
-            raise ValueError(f"a prompt of T={ids.shape[-1]} and n_new={n_new} feeds T + n_new - 1 = "
-                             f"{ids.shape[-1] + n_new - 1} positions, more than max_T={self.max_T}")
         caches = [KVCache() for _ in self.blocks] if use_cache else None
         step_input = ids
         for _ in range(n_new):
-            logits = self(step_input if use_cache else ids, caches, is_pad=is_pad)[:, -1]
+            logits = self(step_input if use_cache else ids, caches, is_pad=is_pad)[:, -1]   # (B, vocab_size)
             if temperature > 0:
                 nxt = torch.multinomial(_sampling_probs(logits, temperature), 1, generator=generator)
             else:
-                nxt = logits.argmax(-1, keepdim=True)
+                nxt = logits.argmax(-1, keepdim=True)                                        # (B, 1)
             ids = torch.cat([ids, nxt], dim=1)
             if is_pad is not None:
                 is_pad = torch.cat([is_pad, torch.zeros_like(nxt, dtype=torch.bool)], dim=1)   # nxt is real
             step_input = nxt
         return ids
-
-
-def _check_pad_flags(is_pad, ids: torch.Tensor, T: int) -> torch.Tensor:
-    """is_pad (B, T) for the B rows of ids, on their device."""
-    is_pad = check_is_pad(is_pad, B=ids.shape[0], T=T)
-    if is_pad.device != ids.device:
-        raise ValueError(f"is_pad is on {is_pad.device} but ids are on {ids.device}; move both to one device")
-    return is_pad
-
-
-def _check_left_padding(is_pad, ids: torch.Tensor) -> torch.Tensor:
-    """is_pad (B, T) of left-padded prompts: pads only before each row's first real token, one real at least."""
-    is_pad = _check_pad_flags(is_pad, ids, ids.shape[-1])
-    empty = is_pad.all(-1).nonzero().flatten().tolist()
-    if empty:
-        raise ValueError(f"row {empty[0]} of is_pad is all padding: every prompt needs at least one real token")
-    late = (is_pad[:, 1:] & ~is_pad[:, :-1]).any(-1).nonzero().flatten().tolist()
-    if late:
-        raise ValueError(f"generate needs left padding, but row {late[0]} of is_pad has a pad after a real token; "
-                         "pad with pad_prompts(prompts, pad_id, side='left')")
-    return is_pad
-
-
-def _check_generator(generator, device: torch.device) -> None:
-    if generator is None:
-        return
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    if generator.device.type != device.type:
-        raise ValueError(f"generator is on {generator.device} but ids are on {device}; "
-                         f"use torch.Generator({str(device.type)!r})")
 
 
 def _sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -274,3 +199,182 @@ def _sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     scaled = z / temperature
     shifted = (z - z.amax(-1, keepdim=True)) / temperature
     return F.softmax(torch.where(torch.isfinite(scaled).all(-1, keepdim=True), scaled, shifted), -1)
+
+
+# ------------------------------------------------------------------------------ the config's checks
+
+
+def _config_fields(c: GPTConfig) -> dict:
+    """Every field of a GPTConfig checked, as plain Python values, with d_ff, h_kv and d_head filled in."""
+    vocab_size, d_model, h, L, max_T = require_positive(vocab_size=c.vocab_size, d_model=c.d_model, h=c.h, L=c.L,
+                                                        max_T=c.max_T)
+    d_ff, = require_positive(d_ff=4 * d_model if c.d_ff is None else c.d_ff)
+    d_head, h_kv = require_divisible(d_model, h), require_kv_heads(h, c.h_kv)
+    pos = require_choice(c.pos, "pos", ("learned", "sinusoidal", "rope", None))
+    causal, tie, bias = require_flags(causal=c.causal, tie=c.tie, bias=c.bias)
+    if pos == "sinusoidal" and d_model % 2:
+        raise ValueError(f"pos='sinusoidal' adds sin/cos pairs, so d_model must be even, got d_model={d_model}")
+    if pos == "rope" and d_head % 2:
+        raise ValueError(f"pos='rope' rotates pairs of dimensions in every head, so d_head = d_model / h must "
+                         f"be even, got d_head={d_head} (d_model={d_model}, h={h})")
+    return dict(vocab_size=vocab_size, d_model=d_model, h=h, L=L, d_ff=d_ff, max_T=max_T, pos=pos,
+                norm=require_choice(c.norm, "norm", ("pre", "post")), causal=causal,
+                backend=require_choice(c.backend, "backend", ("sdpa", "plain")), tie=tie,
+                gelu=require_choice(c.gelu, "gelu", ("exact", "tanh")), bias=bias,
+                eps=require_number(c.eps, "eps", above=0), h_kv=h_kv, d_head=d_head)
+
+
+def _as_config(config, sizes: tuple, options: dict) -> GPTConfig:
+    """GPT(config) → config; GPT(vocab_size, d_model, …, pos=…) → GPTConfig(vocab_size, d_model, …, pos=…),
+    and the same with every field by keyword."""
+    if isinstance(config, Mapping):
+        raise TypeError(f"GPT takes a GPTConfig or the config's fields, got a {type(config).__name__}; "
+                        "write GPT(**fields) or GPT(GPTConfig(**fields))")
+    if config is None:
+        return GPTConfig(**options)   # GPT(vocab_size=…, d_model=…, …)
+    if not isinstance(config, GPTConfig):
+        return GPTConfig(config, *sizes, **options)
+    if sizes or options:
+        extra = [repr(v) for v in sizes] + [f"{k}={v!r}" for k, v in options.items()]
+        raise TypeError(f"GPT takes a GPTConfig alone, got a GPTConfig and {', '.join(extra)}; "
+                        f"write GPT(dataclasses.replace(config, ...))")
+    return config
+
+
+def _parameter_sizes(c: GPTConfig) -> dict[str, int]:
+    """The config's large weights, by the size that asks for them: name → entries (biases left out)."""
+    block = c.d_model * (c.h + 2 * c.h_kv) * c.d_head + c.d_model ** 2 + 2 * c.d_model * c.d_ff
+    return {"vocab_size": c.vocab_size * c.d_model * (1 if c.tie else 2),
+            "max_T": c.max_T * c.d_model if c.pos == "learned" else 0, "L": c.L * block}
+
+
+def _require_fits(c: GPTConfig) -> None:
+    """A model that cannot fit in this machine's memory fails here, naming the size that asks for the most,
+    instead of in the allocator (or in the operating system, after it has swapped for minutes)."""
+    if torch.get_default_device().type != "cpu" or not hasattr(os, "sysconf"):
+        return   # built on meta (no memory) or another device; or no way to ask for the memory size
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return
+    sizes = _parameter_sizes(c)
+    width = torch.empty((), dtype=torch.get_default_dtype()).element_size()
+    if sum(sizes.values()) * width > memory:
+        name = max(sizes, key=sizes.get)
+        raise MemoryError(f"this GPTConfig asks for about {sum(sizes.values()):,} parameters, "
+                          f"{sum(sizes.values()) * width:,} bytes of {torch.get_default_dtype()}, more than this "
+                          f"machine's {memory:,} bytes of memory; the most is for {name}={getattr(c, name)}: "
+                          f"{sizes[name] * width:,} bytes (d_model={c.d_model})")
+
+
+# ------------------------------------------------------------------------------ the entry points' checks
+
+
+def _init_args(self, config, sizes, options) -> dict:
+    config = _as_config(config, sizes, options)
+    _require_fits(config)
+    return {"config": config, "sizes": (), "options": {}}
+
+
+def _require_model_ids(model: GPT, ids) -> torch.Tensor:
+    """ids (B, T) of the model's vocabulary on the model's device (B = 0 is allowed): the one read of ids.min()
+    and ids.max() of a forward pass."""
+    require_readable(require_tensor(ids, "ids"), "ids")   # a meta tensor has no IDs to read
+    require_ids(ids, model.config.vocab_size, like=model.embed.table)
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be (B, T), got {tuple(ids.shape)}; use ids[None] for one sequence")
+    return ids
+
+
+def _require_context(model: GPT, T: int, offset: int) -> None:
+    max_T = model.config.max_T
+    if offset + T > max_T:
+        at = f" (offset={offset} + {T} new)" if offset else ""
+        raise ValueError(f"T={offset + T}{at} exceeds the context length max_T={max_T}")
+
+
+def _embed_args(self, ids, offset, positions) -> dict:
+    ids = _require_model_ids(self, ids)
+    offset, = require_nonnegative(offset=offset)
+    _require_context(self, ids.shape[-1], offset)
+    if positions is not None:
+        positions = require_positions(positions, ids.shape[-1], batch=ids.shape[0]).to(ids.device)
+        if positions.numel() and int(positions.max()) >= self.config.max_T:
+            raise ValueError(f"position {int(positions.max())} exceeds the context length: positions must "
+                             f"be < max_T={self.config.max_T}")
+    return {"offset": offset, "positions": positions}
+
+
+def _require_pad_flags(is_pad, ids: torch.Tensor, T: int) -> torch.Tensor:
+    """is_pad (B, T) for the B rows of ids, on their device."""
+    is_pad = require_is_pad(is_pad, B=ids.shape[0], T=T)
+    if is_pad.device != ids.device:
+        raise ValueError(f"is_pad is on {is_pad.device} but ids are on {ids.device}; move both to one device")
+    return is_pad
+
+
+def _hidden_args(self, ids, is_pad) -> dict:
+    ids = _require_model_ids(self, ids)
+    _require_context(self, ids.shape[-1], 0)
+    return {"is_pad": None if is_pad is None else _require_pad_flags(is_pad, ids, ids.shape[-1])}
+
+
+def _cache_length(model: GPT, ids: torch.Tensor, caches) -> int:
+    """T_past of one KVCache per block (checked as a list of KVCaches first: a list of None is not one)."""
+    if isinstance(caches, (list, tuple)):
+        for l, cache in enumerate(caches):
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"caches[{l}] must be a KVCache, got {_show(cache)}; start from "
+                                "[KVCache() for _ in model.blocks]")
+    attn = model.blocks[0].attn
+    return require_caches(caches, len(model.blocks), B=ids.shape[0], h=attn.h_kv, d_head=attn.d_head,
+                          like=model.embed.table, h_query=attn.h)
+
+
+def _forward_args(self, ids, caches, is_pad) -> dict:
+    ids = _require_model_ids(self, ids)
+    offset = 0 if caches is None else _cache_length(self, ids, caches)
+    _require_context(self, ids.shape[-1], offset)
+    return {"is_pad": None if is_pad is None else _require_pad_flags(is_pad, ids, offset + ids.shape[-1])}
+
+
+def _loss_args(self, ids, targets) -> dict:
+    ids = _require_model_ids(self, ids)
+    _require_context(self, ids.shape[-1], 0)
+    return {"targets": require_targets(targets, ids, self.config.vocab_size, IGNORE_INDEX)}
+
+
+def _require_left_padding(is_pad, ids: torch.Tensor) -> torch.Tensor:
+    """is_pad (B, T) of left-padded prompts: pads only before each row's first real token, one real at least."""
+    is_pad = _require_pad_flags(is_pad, ids, ids.shape[-1])
+    empty, late = torch.stack([is_pad.all(-1), (is_pad[:, 1:] & ~is_pad[:, :-1]).any(-1)]).tolist()   # one read
+    if any(empty):
+        raise ValueError(f"row {empty.index(True)} of is_pad is all padding: every prompt needs at least one real "
+                         "token")
+    if any(late):
+        raise ValueError(f"generate needs left padding, but row {late.index(True)} of is_pad has a pad after a real "
+                         "token; pad with pad_prompts(prompts, pad_id, side='left')")
+    return is_pad
+
+
+def _require_generator(generator, device: torch.device) -> None:
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator.device.type != device.type:
+        raise ValueError(f"generator is on {generator.device} but ids are on {device}; "
+                         f"use torch.Generator({str(device.type)!r})")
+
+
+def _generate_args(self, ids, n_new, use_cache, temperature, generator, is_pad) -> dict:
+    ids = _require_model_ids(self, ids)
+    is_pad = None if is_pad is None else _require_left_padding(is_pad, ids)
+    (n_new,), (use_cache,) = require_positive(n_new=n_new), require_flags(use_cache=use_cache)
+    temperature = require_number(temperature, "temperature", minimum=0)
+    _require_generator(generator, ids.device)
+    T, max_T = ids.shape[-1], self.config.max_T
+    if T + n_new - 1 > max_T:
+        raise ValueError(f"a prompt of T={T} and n_new={n_new} feeds T + n_new - 1 = {T + n_new - 1} "
+                         f"positions, more than max_T={max_T}")
+    return {"is_pad": is_pad, "n_new": n_new, "use_cache": use_cache, "temperature": temperature}

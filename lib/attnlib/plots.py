@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 
-from ._validate import check_flags, check_labels, check_number, check_positive
+from ._validate import require_flags, require_labels, require_number, require_positive
 from .text import labels
 
 __all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels", "PIPELINE", "pipeline_figure", "save_pipeline"]
@@ -32,7 +32,7 @@ def _table(W, name: str, dims: str) -> np.ndarray:
     return W
 
 
-def _check_ax(ax):
+def _require_ax(ax):
     if ax is not None and not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes (e.g. from plt.subplots()) or None, got {type(ax).__name__}")
     return ax
@@ -53,12 +53,12 @@ def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, a
     P = _table(P, "P", "(T, T)")
     if P.shape[0] != P.shape[1]:
         raise ValueError(f"P must be a square (T, T) table, got shape {P.shape}")
-    tokens = check_labels(tokens, P.shape[0])
-    annotate, = check_flags(annotate=annotate)
-    vmin, vmax = check_number(vmin, "vmin"), check_number(vmax, "vmax")
+    tokens = require_labels(tokens, P.shape[0])
+    annotate, = require_flags(annotate=annotate)
+    vmin, vmax = require_number(vmin, "vmin"), require_number(vmax, "vmax")
     if vmin >= vmax:
         raise ValueError(f"vmin must be below vmax, got vmin={vmin} and vmax={vmax}")
-    ax = _check_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
+    ax = _require_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
     im = ax.imshow(P, cmap="Blues", vmin=vmin, vmax=vmax)
     _token_axes(ax, tokens, "key position j (attended to)", "query position i (attending)")
     if annotate and len(tokens) <= 12:
@@ -77,8 +77,8 @@ def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
     M = _table(M, "M", "(T, T)")
     if M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be a square (T, T) mask, got shape {M.shape}")
-    tokens = check_labels(tokens, M.shape[0])
-    ax = _check_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
+    tokens = require_labels(tokens, M.shape[0])
+    ax = _require_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
     blocked = np.isneginf(M)
     ax.imshow(blocked, cmap="Greys", vmin=0, vmax=1.6)
     for i in range(M.shape[0]):
@@ -94,8 +94,8 @@ def heads_grid(P, tokens: list[str], title: str = "", cols: int = 4):
     P = _table(P, "P", "(h, T, T)")
     if P.shape[1] != P.shape[2]:
         raise ValueError(f"P must be (h, T, T) with square tables, got shape {P.shape}")
-    tokens = check_labels(tokens, P.shape[1])
-    cols, = check_positive(cols=cols)
+    tokens = require_labels(tokens, P.shape[1])
+    cols, = require_positive(cols=cols)
     h = P.shape[0]
     cols = min(cols, h)
     rows = -(-h // cols)

@@ -9,19 +9,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_nonnegative, check_number, check_positions, check_positive, check_shape
+from ._validate import (
+    boundary,
+    require_nonnegative,
+    require_number,
+    require_positions_on,
+    require_positive,
+    require_shape,
+)
 
 __all__ = ["sinusoidal_positions", "LearnedPositions", "rope_angles", "apply_rope"]
 
 
+@boundary("_sinusoidal_args")
 def sinusoidal_positions(T: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(T, d_model) table PE with PE[t, 2i] = sin(t / base^(2i/d_model)) and PE[t, 2i+1] = cos(same)."""
-    T, d_model = check_positive(T=T, d_model=d_model)
-    base = check_number(base, "base", minimum=1)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even for sin/cos pairs, got d_model={d_model}")
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    t = torch.arange(T, dtype=torch.float32)[:, None]                                # (T, 1)
+    freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)   # (d_model/2,)
     PE = torch.zeros(T, d_model)
     PE[:, 0::2] = torch.sin(t * freq)
     PE[:, 1::2] = torch.cos(t * freq)
@@ -31,36 +35,27 @@ def sinusoidal_positions(T: int, d_model: int, base: float = 10000.0) -> torch.T
 class LearnedPositions(nn.Module):
     """A learned (max_T, d_model) table; ``forward(T)`` returns its first T rows, shape (T, d_model)."""
 
+    @boundary("_learned_init_args")
     def __init__(self, max_T: int, d_model: int):
         super().__init__()
-        max_T, d_model = check_positive(max_T=max_T, d_model=d_model)
         self.max_T = max_T
         self.table = nn.Parameter(torch.randn(max_T, d_model) * 0.02)
 
+    @boundary("_learned_forward_args")
     def forward(self, T: int, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Rows offset … offset+T-1 of the table: the positions of T tokens that start at ``offset``.
 
         ``positions`` (B, T), an integer position per token (each row of a padded batch counting from its own
         first real token), picks those rows instead: the result is (B, T, d_model).
         """
-        (T,), (offset,) = check_positive(T=T), check_nonnegative(offset=offset)
         if positions is not None:
-            positions = check_positions(positions, T, batch=None)
-            if positions.numel() and int(positions.max()) >= self.max_T:
-                raise ValueError(f"position {int(positions.max())} exceeds the context length: positions must "
-                                 f"be < max_T={self.max_T}")
-            return self.table[positions.to(self.table.device)]
-        if offset + T > self.max_T:
-            raise ValueError(f"T={offset + T} exceeds the context length max_T={self.max_T}")
-        return self.table[offset:offset + T]
+            return self.table[positions.to(self.table.device)]   # (B, T) → (B, T, d_model)
+        return self.table[offset:offset + T]   # (T, d_model)
 
 
+@boundary("_rope_angles_args")
 def rope_angles(T: int, d: int, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
     """(T, d/2) rotation angles θ[t, i] = (offset + t) · base^(-2i/d) for the d/2 pairs of a vector."""
-    (T, d), (offset,) = check_positive(T=T, d=d), check_nonnegative(offset=offset)
-    base = check_number(base, "base", minimum=1)
-    if d % 2:
-        raise ValueError(f"RoPE rotates pairs of dimensions, so d must be even, got d={d}")
     # float64 so that far positions keep exact angles; callers cast to their own dtype
     return _angles(torch.arange(offset, offset + T, dtype=torch.float64), d, base)
 
@@ -70,6 +65,7 @@ def _angles(t: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
     return t[..., None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=t.device) / d)
 
 
+@boundary("_apply_rope_args")
 def apply_rope(x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate each pair (x[..., 2i], x[..., 2i+1]) of x (..., T, d) by the angle of its position.
 
@@ -78,20 +74,69 @@ def apply_rope(x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | No
     ``positions`` (T,) or (B, T), with B = x's first axis, gives every row its own position instead
     (a padded batch: each sequence counts from its own first real token).
     """
-    dims = check_shape(x, "x", "... T d")
-    offset, = check_nonnegative(offset=offset)
-    if positions is not None:
-        if x.dim() < 3 and positions.dim() == 2:
-            raise ValueError(f"positions (B, T) need x (B, ..., T, d), got x {tuple(x.shape)}")
-        positions = check_positions(positions, dims["T"], batch=x.shape[0] if x.dim() >= 3 else None)
-        theta = _angles(positions.to(x.device, torch.float64), dims["d"])   # (T, d/2) or (B, T, d/2)
-        if positions.dim() == 2:
-            theta = theta.reshape(x.shape[0], *[1] * (x.dim() - 3), dims["T"], dims["d"] // 2)
+    T, d = x.shape[-2:]
+    if positions is None:
+        theta = rope_angles(T, d, offset).to(x.device)   # (T, d/2)
     else:
-        theta = rope_angles(dims["T"], dims["d"], offset).to(x.device)
+        theta = _angles(positions.to(x.device, torch.float64), d)   # (T, d/2) or (B, T, d/2)
+        if positions.dim() == 2:   # (B, T, d/2) → (B, 1, …, T, d/2): the same positions for every head
+            theta = theta.reshape(x.shape[0], *[1] * (x.dim() - 3), T, d // 2)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)
     out[..., 0::2] = even * cos - odd * sin
     out[..., 1::2] = even * sin + odd * cos
     return out
+
+
+# ------------------------------------------------------------------------------------------ argument specs
+# Each public entry point above is checked once, where a call comes in from outside the library
+# (see _validate.boundary, which finds a spec by its name); a spec returns the values the computation
+# gets: ints, bools, contiguous copies of views (any memory layout gives the bits of a plain copy).
+
+
+def _sinusoidal_args(T, d_model, base) -> dict:
+    T, d_model = require_positive(T=T, d_model=d_model)
+    base = require_number(base, "base", minimum=1)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sin/cos pairs, got d_model={d_model}")
+    return {"T": T, "d_model": d_model, "base": base}
+
+
+def _learned_init_args(self, max_T, d_model) -> dict:
+    max_T, d_model = require_positive(max_T=max_T, d_model=d_model)
+    return {"max_T": max_T, "d_model": d_model}
+
+
+def _learned_forward_args(self, T, offset, positions) -> dict:
+    (T,), (offset,) = require_positive(T=T), require_nonnegative(offset=offset)
+    if positions is not None:
+        positions = require_positions_on(positions, T, self.table.device, batch=None, of="the table")
+        if positions.numel() and int(positions.max()) >= self.max_T:
+            raise ValueError(f"position {int(positions.max())} exceeds the context length: positions must "
+                             f"be < max_T={self.max_T}")
+    elif offset + T > self.max_T:
+        raise ValueError(f"T={offset + T} exceeds the context length max_T={self.max_T}")
+    return {"T": T, "offset": offset}
+
+
+def _even(d: int) -> int:
+    if d % 2:
+        raise ValueError(f"RoPE rotates pairs of dimensions, so d must be even, got d={d}")
+    return d
+
+
+def _rope_angles_args(T, d, offset, base) -> dict:
+    (T, d), (offset,) = require_positive(T=T, d=d), require_nonnegative(offset=offset)
+    return {"T": T, "d": _even(d), "offset": offset, "base": require_number(base, "base", minimum=1)}
+
+
+def _apply_rope_args(x, offset, positions) -> dict:
+    dims = require_shape(x, "x", "... T d")
+    offset, = require_nonnegative(offset=offset)
+    _even(dims["d"])
+    if positions is not None:
+        if x.dim() < 3 and getattr(positions, "ndim", 0) == 2:
+            raise ValueError(f"positions (B, T) need x (B, ..., T, d), got x {tuple(x.shape)}")
+        require_positions_on(positions, dims["T"], x.device, batch=x.shape[0] if x.dim() >= 3 else None)
+    return {"offset": offset}

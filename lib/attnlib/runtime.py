@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 
 import numpy as np
 import torch
 
-from ._validate import check_device, check_nonnegative
+from ._validate import boundary, require_device, require_nonnegative
 
 __all__ = ["setup", "pick_device", "seed_everything", "show_source", "agree", "at_most", "bound_text"]
 
@@ -26,16 +27,17 @@ def pick_device() -> torch.device:
     """The best device here: cuda, else mps, else cpu. ``ATTNLIB_DEVICE`` overrides the choice."""
     forced = os.environ.get("ATTNLIB_DEVICE")
     if forced:
-        return check_device(forced, "ATTNLIB_DEVICE")
+        return require_device(forced, "ATTNLIB_DEVICE")
     found = accelerators()
     return torch.device(next((kind for kind in ("cuda", "mps") if found[kind]), "cpu"))
 
 
+@boundary("_seed_args")
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy and torch so a notebook prints the same numbers on every run."""
-    seed, = check_nonnegative(seed=seed)
-    if seed >= 2**32:
-        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
+    """Seed Python, NumPy and torch so a notebook prints the same numbers on every run.
+
+    ``seed``: an integer in 0 … 2**32 − 1 (a float such as 1.5 is an error, never cut to 1).
+    """
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -71,10 +73,10 @@ def setup(seed: int = 0) -> torch.device:
     return device
 
 
+@boundary("_show_source_args")
 def show_source(obj):
-    """Display the library's own source of ``obj`` as a highlighted code block (never a pasted copy)."""
-    import inspect
-
+    """Display the library's own source of ``obj`` (a function, method, class or module) as a highlighted code
+    block, never a pasted copy."""
     from IPython.display import Markdown
 
     return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
@@ -124,3 +126,23 @@ def agree(a, b, *, within: float, what: str = "") -> str:
     if not gap <= within:
         raise AssertionError(f"{what or 'the two'} differ by {gap:.3g}, more than {text}")
     return f"{what}: equal within {text}" if what else f"equal within {text}"
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Checked once per call (see attnlib._validate.boundary, which finds a spec by its name).
+
+
+def _seed_args(seed):
+    seed, = require_nonnegative(seed=seed)     # an integer: a float seed is rejected, not truncated
+    if seed >= 2**32:
+        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
+    return {"seed": seed}
+
+
+def _show_source_args(obj):
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
+            or inspect.ismodule(target)):
+        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
+        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
+                        f"({type(obj).__name__})")

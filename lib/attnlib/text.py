@@ -9,7 +9,7 @@ from importlib import resources
 
 import torch
 
-from ._validate import check_id_list, check_labels, check_pieces
+from ._validate import require_id_list, require_labels, require_pieces
 
 __all__ = [
     "ToyTokenizer", "CharTokenizer", "TOY_VOCAB", "EXAMPLE", "SWAPPED", "load_text", "example_ids", "labels",
@@ -38,7 +38,7 @@ class ToyTokenizer:
     """
 
     def __init__(self, vocab: list[str] | None = None):
-        self.vocab = check_pieces(TOY_VOCAB if vocab is None else vocab, "vocab")
+        self.vocab = require_pieces(TOY_VOCAB if vocab is None else vocab, "vocab")
         if " " not in self.vocab:
             raise ValueError("vocab must contain the piece ' ' (a single space): the text is encoded with a "
                              "space in front")
@@ -77,7 +77,7 @@ class ToyTokenizer:
 
     def decode(self, ids) -> str:
         """Token IDs (T,) → text; the leading space that :meth:`pieces` adds is dropped (if the text has one)."""
-        text = "".join(self.vocab[i] for i in check_id_list(ids, self.vocab_size))
+        text = "".join(self.vocab[i] for i in require_id_list(ids, self.vocab_size))
         return text[1:] if text.startswith(" ") else text
 
 
@@ -107,7 +107,7 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """Token IDs (T,) → text."""
-        return "".join(self.vocab[i] for i in check_id_list(ids, self.vocab_size))
+        return "".join(self.vocab[i] for i in require_id_list(ids, self.vocab_size))
 
 
 def load_text(name: str = "fables") -> str:
@@ -127,4 +127,4 @@ def example_ids(text: str = EXAMPLE) -> tuple[torch.Tensor, list[str]]:
 
 def labels(pieces: list[str]) -> list[str]:
     """Readable labels for token pieces: a word-initial space is shown as '▁' so 'the' and ' the' stay distinct."""
-    return [p.replace(" ", "▁") for p in check_labels(pieces, None, "pieces")]
+    return [p.replace(" ", "▁") for p in require_labels(pieces, None, "pieces")]

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_batch, check_flags, check_positive, check_row_stats, check_same, check_shape
+from ._validate import (
+    boundary,
+    require_batch,
+    require_flags,
+    require_positive,
+    require_row_stats,
+    require_same,
+    require_shape,
+)
 from .attention import scale, scores
 
 __all__ = ["SKIPPED", "FULL", "DIAGONAL", "online_softmax_step", "online_softmax", "tile_plan",
@@ -22,6 +30,7 @@ __all__ = ["SKIPPED", "FULL", "DIAGONAL", "online_softmax_step", "online_softmax
 SKIPPED, FULL, DIAGONAL = 0, 1, 2   # the three kinds of tile in a plan (see tile_plan)
 
 
+@boundary("_online_softmax_step_args")
 def online_softmax_step(m: torch.Tensor, l: torch.Tensor, S_blk: torch.Tensor):
     """Take one more block of scores into the running max m and the running sum ℓ.
 
@@ -29,32 +38,31 @@ def online_softmax_step(m: torch.Tensor, l: torch.Tensor, S_blk: torch.Tensor):
     so far; S_blk (..., n): the next n scores of each row.
     Returns m_new (...,), l_new (...,), rescale = exp(m − m_new) (...,), the factor that brings anything
     summed against the old max to the new one, and P_blk = exp(S_blk − m_new) (..., n), the block's
-    unnormalised weights. The first block of a row must hold at least one finite score.
+    unnormalised weights. A row whose scores so far are all −inf (padding, a window) keeps m = −inf, ℓ = 0
+    and weights 0 until its first finite score, as softmax gives those keys weight 0.
     """
-    check_shape(S_blk, "S_blk", "... n")
-    check_row_stats(m, "m", S_blk, "S_blk")
-    check_row_stats(l, "l", S_blk, "S_blk")
     m_new = torch.maximum(m, S_blk.amax(dim=-1))        # (...,)
-    rescale = torch.exp(m - m_new)                      # 0 on the first block (m = −inf), 1 if the max stays
-    P_blk = torch.exp(S_blk - m_new[..., None])         # (..., n), every entry ≤ 1
-    l_new = rescale * l + P_blk.sum(dim=-1)
+    shift = torch.where(m_new == float("-inf"), 0.0, m_new)   # (...,) no finite score yet: exp(−inf − 0) = 0, not NaN
+    rescale = torch.exp(m - shift)                      # 0 on the first block (m = −inf), 1 if the max stays
+    P_blk = torch.exp(S_blk - shift[..., None])         # (..., n), every entry ≤ 1
+    l_new = rescale * l + P_blk.sum(dim=-1)             # (...,)
     return m_new, l_new, rescale, P_blk
 
 
+@boundary("_online_softmax_args")
 def online_softmax(S: torch.Tensor, block: int) -> torch.Tensor:
     """softmax over the last axis of S (..., n), reading the scores ``block`` at a time: S → P (..., n).
 
     One pass over the blocks finds m and ℓ with :func:`online_softmax_step`; then P = exp(S − m) / ℓ.
     """
-    check_shape(S, "S", "... n")
-    block, = check_positive(block=block)
-    m = S.new_full(S.shape[:-1], float("-inf"))
-    l = S.new_zeros(S.shape[:-1])
+    m = S.new_full(S.shape[:-1], float("-inf"))         # (...,) running max
+    l = S.new_zeros(S.shape[:-1])                       # (...,) running sum of exp(s − m)
     for k0 in range(0, S.shape[-1], block):
         m, l, _, _ = online_softmax_step(m, l, S[..., k0:k0 + block])
     return torch.exp(S - m[..., None]) / l[..., None]
 
 
+@boundary("_tile_plan_args")
 def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = True) -> torch.Tensor:
     """Which tiles of the (T_q, T_k) score table causal attention computes: (n_q, n_k) of SKIPPED/FULL/DIAGONAL.
 
@@ -63,10 +71,6 @@ def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = Tru
     lies in the future of every query in it, FULL when every key may be read by every query (no mask needed),
     DIAGONAL when it straddles the diagonal (computed, with the mask). Without ``causal`` every tile is FULL.
     """
-    T_q, T_k, block_q, block_k = check_positive(T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k)
-    causal, = check_flags(causal=causal)
-    if causal and T_k < T_q:
-        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
     n_q, n_k = -(-T_q // block_q), -(-T_k // block_k)           # ceiling division
     plan = torch.full((n_q, n_k), FULL, dtype=torch.int64)
     if not causal:
@@ -80,6 +84,7 @@ def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = Tru
     return plan
 
 
+@boundary("_tiled_attention_args")
 def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
                     block_q: int = 64, block_k: int = 64) -> torch.Tensor:
     """softmax(Q Kᵀ / √d_k + M) V, one (block_q, block_k) tile at a time: → (..., T_q, d_v).
@@ -87,15 +92,8 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
     Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v), with the same batch axes. Beyond its output, the
     memory it needs depends on the block sizes only, not on T_q · T_k: the full score table is never built.
     """
-    d = check_shape(Q, "Q", "... T_q d_k")
-    d |= check_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
-    check_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
-    for X, name in ((K, "K"), (V, "V")):
-        check_same(Q, X, "Q", name)
-        check_batch(Q, X, "Q", name)
-    block_q, block_k = check_positive(block_q=block_q, block_k=block_k)
-    plan = tile_plan(d["T_q"], d["T_k"], block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
-    T_q, T_k, d_k = d["T_q"], d["T_k"], d["d_k"]
+    T_q, d_k, T_k = Q.shape[-2], Q.shape[-1], K.shape[-2]
+    plan = tile_plan(T_q, T_k, block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
     out = Q.new_empty(*Q.shape[:-1], V.shape[-1])                # (..., T_q, d_v)
     for i, kinds in enumerate(plan):                             # kinds: the tiles of query block i
         q0, q1 = i * block_q, min((i + 1) * block_q, T_q)
@@ -116,3 +114,43 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
             O = rescale[..., None] * O + P_blk @ V[..., k0:k1, :]
         out[..., q0:q1, :] = O / l[..., None]
     return out
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public function above is checked once, where it is called from outside the library (see boundary,
+# which finds a spec by its name). Views of any layout come back as contiguous copies, so that they give the
+# bits of a plain copy.
+
+
+def _online_softmax_step_args(m, l, S_blk):
+    require_shape(S_blk, "S_blk", "... n")
+    require_row_stats(m, "m", S_blk, "S_blk")
+    require_row_stats(l, "l", S_blk, "S_blk")
+    return {"m": m.contiguous(), "l": l.contiguous(), "S_blk": S_blk.contiguous()}
+
+
+def _online_softmax_args(S, block):
+    require_shape(S, "S", "... n")
+    block, = require_positive(block=block)
+    return {"S": S.contiguous(), "block": block}
+
+
+def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
+    T_q, T_k, block_q, block_k = require_positive(T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k)
+    causal, = require_flags(causal=causal)
+    if causal and T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    return {"T_q": T_q, "T_k": T_k, "block_q": block_q, "block_k": block_k, "causal": causal}
+
+
+def _tiled_attention_args(Q, K, V, causal, block_q, block_k):
+    d = require_shape(Q, "Q", "... T_q d_k")
+    d |= require_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
+    require_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
+    for X, name in ((K, "K"), (V, "V")):
+        require_same(Q, X, "Q", name)
+        require_batch(Q, X, "Q", name)
+    block_q, block_k = require_positive(block_q=block_q, block_k=block_k)
+    plan = _tile_plan_args(d["T_q"], d["T_k"], block_q, block_k, causal)
+    return {"Q": Q.contiguous(), "K": K.contiguous(), "V": V.contiguous(), "causal": plan["causal"],
+            "block_q": block_q, "block_k": block_k}

@@ -10,6 +10,7 @@ with the training losses of every step in its metadata.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -18,18 +19,30 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_choice, check_device, check_nonnegative, check_number, check_positive, check_shape
+from ._validate import (
+    _show,
+    boundary,
+    require_choice,
+    require_device,
+    require_nonnegative,
+    require_number,
+    require_positive,
+    require_readable,
+    require_shape,
+)
+from .model import GPT, GPTConfig
 
 __all__ = ["next_token_windows", "random_batch", "train", "evaluate", "evaluate_prefix",
            "CONFIG", "VARIANTS", "WEIGHTS", "char_data", "new_char_model", "train_char_model",
            "load_char_models", "stored_losses"]
 
-# Chapter 8's recipe: the model, the text and its held-out tenth, the training run (train's arguments).
-CONFIG = {"d_model": 48, "h": 4, "L": 2, "max_T": 128, "pos": "rope",
+# Chapter 8's recipe: the model (vocab_size: the fables' 43 characters), the text and its held-out tenth,
+# the training run (train's arguments).
+CONFIG = {"model": GPTConfig(vocab_size=43, d_model=48, h=4, L=2, max_T=128, pos="rope"),
           "text": "fables", "held_out": 0.1, "steps": 120, "T": 32, "B": 16, "lr": 1e-2, "seed": 0}
 VARIANTS = {"masked": True, "unmasked": False}   # name → causal: with the mask, and the leak without it
 WEIGHTS = Path(__file__).with_name("data") / "stack.safetensors"
-_MODEL_KEYS = ("d_model", "h", "L", "max_T", "pos")
+_MODEL_KEYS = ("d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
 
 
 def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
@@ -38,11 +51,12 @@ def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
     The target at position i is the token that comes right after input position i: the same window
     shifted by one to the left.
     """
-    T, = check_positive(T=T)
-    _check_data(data)
-    check_shape(starts, "starts", "B", float_only=False)
+    T, = require_positive(T=T)
+    _require_data(data)
+    require_shape(starts, "starts", "B", float_only=False)
     if starts.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"starts must be an integer tensor (B,), got dtype {starts.dtype}")
+    require_readable(starts, "starts")
     starts = starts.to(data.device)
     if starts.numel() and (int(starts.min()) < 0 or int(starts.max()) + T + 1 > data.numel()):
         raise ValueError(f"every start s needs 0 <= s and s + T + 1 <= N={data.numel()} (T={T}), "
@@ -51,16 +65,25 @@ def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
     return data[idx], data[idx + 1]
 
 
-def _check_data(data) -> None:
-    check_shape(data, "data", "N", float_only=False)
+def _require_data(data, model=None) -> None:
+    """data (N,): integer token IDs with values, all of them in ``model``'s vocabulary where it has a config
+    (checked once, up front, not when a window happens to reach a bad one)."""
+    require_shape(data, "data", "N", float_only=False)
     if data.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"data must hold integer token IDs (N,), got dtype {data.dtype}")
+    require_readable(data, "data")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is not None and data.numel():
+        lo, hi = int(data.min()), int(data.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"data holds token id {lo if lo < 0 else hi}, outside the model's vocabulary "
+                             f"0..{vocab_size - 1}")
 
 
 def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator):
     """B random windows of data (N,): inputs (B, T) and targets (B, T), the same windows shifted by one."""
-    T, B = check_positive(T=T, B=B)
-    _check_data(data)
+    T, B = require_positive(T=T, B=B)
+    _require_data(data)
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
         raise TypeError(f"generator must be a CPU torch.Generator (the windows are drawn on the CPU), "
                         f"got {getattr(generator, 'device', type(generator).__name__)}")
@@ -70,25 +93,24 @@ def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator)
     return next_token_windows(data, start, T)
 
 
+@boundary("_train_args")
 def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 32, lr: float = 3e-3,
           seed: int = 0, device=None, stop: int | None = None) -> list[float]:
     """Train with AdamW on random windows of data (N,) and return the training loss of every step.
 
     The learning rate falls from lr to 0 along a cosine over the steps. ``stop`` ends the run after that
-    many of them: the start of the same run, to replay it.
+    many of them: the start of the same run, to replay it. ``device``: the model moves there, and so do
+    the batches (default: where the model is).
     """
-    _check_model(model)
-    (steps, T, B), (seed,) = check_positive(steps=steps, T=T, B=B), check_nonnegative(seed=seed)
-    stop, = check_positive(stop=steps if stop is None else stop)
-    lr = check_number(lr, "lr", above=0)
-    _check_data(data)
-    device = next(model.parameters()).device if device is None else check_device(device)
-    g = torch.Generator().manual_seed(seed)
+    if device is not None:
+        model.to(device)
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed)   # windows drawn on the CPU: the same run on every device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     model.train()
     losses = []
-    for _ in range(min(stop, steps)):
+    for _ in range(steps if stop is None else min(stop, steps)):
         x, y = (t.to(device) for t in random_batch(data, T, B, g))
         loss = model.loss(x, y)
         opt.zero_grad(set_to_none=True)
@@ -103,9 +125,9 @@ def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 
 @torch.no_grad()
 def evaluate(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batches: int = 8, seed: int = 1) -> float:
     """Mean loss over a fixed set of random windows of data (N,)."""
-    _check_model(model)
-    (T, B, batches), (seed,) = check_positive(T=T, B=B, batches=batches), check_nonnegative(seed=seed)
-    _check_data(data)
+    _require_model(model)
+    (T, B, batches), (seed,) = require_positive(T=T, B=B, batches=batches), require_nonnegative(seed=seed)
+    _require_data(data, model)
     g = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     total = 0.0
@@ -123,9 +145,9 @@ def evaluate_prefix(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batc
     generates: the future does not exist yet. For a causal model it equals :func:`evaluate`; a model
     trained without the mask loses the future it learned to copy from.
     """
-    _check_model(model)
-    (T, B, batches), (seed,) = check_positive(T=T, B=B, batches=batches), check_nonnegative(seed=seed)
-    _check_data(data)
+    _require_model(model)
+    (T, B, batches), (seed,) = require_positive(T=T, B=B, batches=batches), require_nonnegative(seed=seed)
+    _require_data(data, model)
     g = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     total = 0.0
@@ -141,7 +163,7 @@ def char_data(config: dict = CONFIG):
     the text's IDs split before its last ``held_out`` fraction."""
     from .text import CharTokenizer, load_text
 
-    _check_config(config)
+    _require_config(config)
     text = load_text(config["text"])
     tok = CharTokenizer(text)
     data = tok.encode(text)
@@ -151,15 +173,13 @@ def char_data(config: dict = CONFIG):
 
 def new_char_model(vocab_size: int, causal: bool = True, config: dict = CONFIG):
     """The untrained model of the recipe, its weights drawn from torch's RNG seeded with the recipe's seed."""
-    _check_config(config)
+    _require_config(config)
     torch.manual_seed(config["seed"])
-    return _char_gpt(vocab_size, causal, config)
+    return _char_gpt(vocab_size, causal, config["model"])
 
 
-def _char_gpt(vocab_size: int, causal: bool, config: dict):
-    from .model import GPT
-
-    return GPT(vocab_size, **{k: config[k] for k in _MODEL_KEYS}, causal=causal)
+def _char_gpt(vocab_size: int, causal: bool, model: GPTConfig) -> GPT:
+    return GPT(dataclasses.replace(model, vocab_size=vocab_size, causal=causal))
 
 
 def train_char_model(variant: str = "masked", stop: int | None = None, config: dict = CONFIG):
@@ -168,7 +188,7 @@ def train_char_model(variant: str = "masked", stop: int | None = None, config: d
     ``stop`` ends the run after that many steps of the same schedule. Run it with one thread to get the
     stored losses bit for bit on the maintainer's machine.
     """
-    variant = check_choice(variant, "variant", tuple(VARIANTS))
+    variant = require_choice(variant, "variant", tuple(VARIANTS))
     tok, train_data, _ = char_data(config)
     model = new_char_model(tok.vocab_size, VARIANTS[variant], config)
     losses = train(model, train_data, steps=config["steps"], T=config["T"], B=config["B"], lr=config["lr"],
@@ -184,7 +204,7 @@ def load_char_models(path: str | Path = WEIGHTS) -> dict:
     tensors = load_file(str(path))
     models = {}
     for variant in meta["variants"]:
-        model = _char_gpt(meta["vocab_size"], VARIANTS[variant], meta["config"])
+        model = _char_gpt(meta["vocab_size"], VARIANTS[variant], _model_from_file(meta["config"]))
         prefix = f"{variant}."
         model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
         models[variant] = model.eval()
@@ -196,15 +216,28 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[str, list[float]]:
     return _metadata(path)["losses"]
 
 
-def _check_config(config) -> None:
+def _require_config(config) -> None:
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict like attnlib.train.CONFIG, got {type(config).__name__}")
     missing = sorted(set(CONFIG) - set(config))
     if missing:
         raise ValueError(f"config lacks the recipe's keys {missing}")
-    held_out = check_number(config["held_out"], "held_out", above=0)
+    if not isinstance(config["model"], GPTConfig):
+        raise TypeError(f"config['model'] must be a GPTConfig, got {_show(config['model'])}")
+    held_out = require_number(config["held_out"], "held_out", above=0)
     if held_out >= 1:
         raise ValueError(f"held_out must be a fraction below 1, got {held_out}")
+
+
+def _model_from_file(flat: dict) -> GPTConfig:
+    """The model's fields the weights file keeps (beside the training run's) → a GPTConfig; vocab_size is
+    stored apart, as the file's own entry."""
+    return GPTConfig(vocab_size=CONFIG["model"].vocab_size, **{k: flat[k] for k in _MODEL_KEYS})
+
+
+def _recipe_to_file(config: dict) -> dict:
+    model = config["model"]
+    return {**{k: getattr(model, k) for k in _MODEL_KEYS}, **{k: v for k, v in config.items() if k != "model"}}
 
 
 def _metadata(path) -> dict:
@@ -220,7 +253,7 @@ def _metadata(path) -> dict:
             "variants": json.loads(meta["variants"]), "losses": json.loads(meta["losses"])}
 
 
-def _check_model(model) -> None:
+def _require_model(model) -> None:
     """A model with parameters and a ``loss(ids, targets)`` method, such as :class:`attnlib.GPT`."""
     if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "loss", None)):
         raise TypeError(f"model must be a GPT (an nn.Module with a loss(ids, targets) method), "
@@ -245,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
             tensors[f"{variant}.{k}"] = v.detach().contiguous()
         print(f"{variant}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
               f"loss {losses[variant][0]:.3f} → {sum(losses[variant][-20:]) / 20:.3f} (last 20)")
-    meta = {"config": json.dumps(CONFIG), "vocab_size": str(model.vocab_size), "variants": json.dumps(list(VARIANTS)),
+    meta = {"config": json.dumps(_recipe_to_file(CONFIG)), "vocab_size": str(model.config.vocab_size),
+            "variants": json.dumps(list(VARIANTS)),
             "losses": json.dumps({v: [round(x, 6) for x in ls] for v, ls in losses.items()}),
             "torch": torch.__version__}
     save_file(tensors, args.out, metadata=meta)
@@ -254,3 +288,12 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
+    _require_model(model)
+    (steps, T, B), (seed,) = require_positive(steps=steps, T=T, B=B), require_nonnegative(seed=seed)
+    stop = None if stop is None else require_positive(stop=stop)[0]
+    _require_data(data, model)
+    return {"steps": steps, "T": T, "B": B, "lr": require_number(lr, "lr", above=0), "seed": seed,
+            "device": None if device is None else require_device(device), "stop": stop}

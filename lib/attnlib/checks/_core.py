@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .._validate import _show as _show_value
+from .._validate import boundary
+
 __all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
 
 # The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
@@ -291,9 +294,21 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
 _LAST: dict[str, Verdict] = {}
 
 
-def checker(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
+KINDS = ("function", "predict")
+
+
+def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function"):
     """Wrap an exercise checker: it never raises, never touches the learner's random state, and its last
-    verdict is remembered for :func:`progress`."""
+    verdict is remembered for :func:`progress`.
+
+    ``kind`` is the exercise's contract, kept on the checker as ``.kind``: ``@checker`` (``"function"``) judges a
+    function the learner writes, whose stub raises ``NotImplementedError``; ``@checker(kind="predict")`` judges
+    a predicted value, whose stub is ``...``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+    if fn is None:
+        return functools.partial(checker, kind=kind)
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs) -> Verdict:
@@ -306,9 +321,19 @@ def checker(fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
         _LAST[fn.__name__] = verdict
         return verdict
 
+    wrapped.kind = kind
     return wrapped
 
 
+def _progress_args(exercises) -> None:
+    for i, exercise in enumerate(exercises):
+        pair = isinstance(exercise, (tuple, list)) and len(exercise) == 2
+        if not (pair and all(isinstance(s, str) for s in exercise)):
+            raise TypeError(f"progress takes (title, checker name) pairs of strings, e.g. (\"Build the causal "
+                            f"mask\", \"check_causal_mask\"); exercise {i} is {_show_value(exercise)}")
+
+
+@boundary(_progress_args)
 def progress(*exercises: tuple[str, str]) -> None:
     """Print which exercises pass in this kernel: ``progress(("Build the causal mask", "check_causal_mask"), …)``."""
     width = max((len(title) for title, _ in exercises), default=0)
@@ -318,3 +343,4 @@ def progress(*exercises: tuple[str, str]) -> None:
         print(f"{title:<{width}}  {state}")
     done = sum(1 for _, name in exercises if name in _LAST and _LAST[name].ok)
     print(f"{done} of {len(exercises)} exercises pass.")
+

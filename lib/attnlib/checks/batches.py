@@ -87,7 +87,7 @@ def _measured_nonzero() -> int:
     return int((P > 0).sum())
 
 
-@checker
+@checker(kind="predict")
 def check_nonzero_weights(value) -> Verdict:
     """Check a prediction of the number of non-zero weights in P (B, T, T) for NONZERO_LENGTHS."""
     n = torch.tensor(NONZERO_LENGTHS)

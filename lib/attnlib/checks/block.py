@@ -195,7 +195,7 @@ def check_pre_norm_block(fn) -> Verdict:
 _FLOPS_QUESTION = dict(T=10, d_model=48, d_ff=128)   # the MLP and input whose FLOPs the learner predicts
 
 
-@checker
+@checker(kind="predict")
 def check_mlp_flops(n) -> Verdict:
     """Check a predicted number of FLOPs that ``FlopCounterMode`` counts for ``MLP(48, 128)`` on 10 tokens."""
     T, d, d_ff = _FLOPS_QUESTION["T"], _FLOPS_QUESTION["d_model"], _FLOPS_QUESTION["d_ff"]

@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from .._validate import _integer, boundary
 from ..attention import attention
 from ._core import Mistake, Verdict, checker, judge
 
@@ -98,15 +99,22 @@ def _sublayer(X, ln_1, W_Q, W_K, W_V, *, bugs=(), kv_source="ln", scale=True, ke
     return P @ (K if 4 in bugs else V)
 
 
+def _sublayer_with_bugs_args(questions) -> dict:
+    numbers = tuple(_integer(q, f"question {i + 1} of sublayer_with_bugs", "a question number 1, 2, 3 or 4")
+                    for i, q in enumerate(questions))
+    bad = sorted(set(numbers) - set(_BUGS))
+    if bad:
+        raise ValueError(f"questions must be among 1, 2, 3, 4, got {bad}")
+    return {"questions": numbers}
+
+
+@boundary(_sublayer_with_bugs_args)
 def sublayer_with_bugs(*questions: int):
     """The attention sublayer with the bugs of the given questions (1–4) planted, one bug per question.
 
     ``sublayer_with_bugs(1, 2, 3, 4)`` computes what :func:`buggy_sublayer` computes; ``sublayer_with_bugs()``
     is the correct sublayer.
     """
-    bad = sorted(set(questions) - set(_BUGS))
-    if bad:
-        raise ValueError(f"questions must be among 1, 2, 3, 4, got {bad}")
     bugs = frozenset(questions)
 
     def sublayer(X, ln_1, W_Q, W_K, W_V):

@@ -42,7 +42,7 @@ def _measured_cache_bytes(L: int, T: int, d_model: int, h: int, dtype: torch.dty
     return sum(c.K.nbytes + c.V.nbytes for c in caches)
 
 
-@checker
+@checker(kind="predict")
 def check_kv_cache_bytes(value) -> Verdict:
     """Check a predicted number of bytes of K and V cached by a model of GPT2_SMALL's shape in float16."""
     # The formula must agree with what the library really caches; a small model measures it in milliseconds.

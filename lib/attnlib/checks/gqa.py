@@ -134,7 +134,7 @@ def _measured_bytes_per_token(L: int, d_model: int, h: int, h_kv: int, T: int = 
     return sum(c.K.nbytes + c.V.nbytes for c in caches) // T
 
 
-@checker
+@checker(kind="predict")
 def check_gqa_cache_bytes(value) -> Verdict:
     """Check a predicted number of KV-cache bytes per token for a model of ``GQA_SHAPE``."""
     small = dict(L=2, d_model=32, h=8, h_kv=2)   # same group size h / h_kv = 4, measured in milliseconds

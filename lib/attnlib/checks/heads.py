@@ -261,7 +261,7 @@ def check_fixed_multi_head(fn) -> Verdict:
 _QUESTION = dict(d_model=96, h=8)   # the layer whose parameters the learner predicts
 
 
-@checker
+@checker(kind="predict")
 def check_attention_parameters(n) -> Verdict:
     """Check a predicted number of parameters of ``MultiHeadAttention(d_model=96, h=8)`` (with biases)."""
     d, h = _QUESTION["d_model"], _QUESTION["h"]

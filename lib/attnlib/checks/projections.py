@@ -183,7 +183,7 @@ def _qkv_params(d_model: int, h: int) -> int:
     return sum(p.numel() for head in heads for p in head.parameters())
 
 
-@checker
+@checker(kind="predict")
 def check_qkv_params(value) -> Verdict:
     """A predicted count: weights and biases of W_Q, W_K, W_V for all heads of one layer, d_model = 768, h = 12."""
     d, h = _GPT2["d_model"], _GPT2["h"]

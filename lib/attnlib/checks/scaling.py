@@ -136,7 +136,7 @@ def _measured_scaled_variance(sigma2: float, d_k: int, n_pairs: int) -> float:
     return scale((q * k).sum(-1), d_k).var().item()
 
 
-@checker
+@checker(kind="predict")
 def check_scaled_variance(value) -> Verdict:
     """A predicted variance of the scaled score q·k/√d_k, for components of variance σ² = 4 and d_k = 64."""
     s2, d_k = _VARIANCE["sigma2"], _VARIANCE["d_k"]
