@@ -83,7 +83,7 @@ def show_source(obj):
 
 
 def bound_text(bound: float) -> str:
-    """A bound as the page prints it: ``1e-12``, ``5e-4``, ``0.001`` — the digits of the literal, nothing more."""
+    """A bound as the page prints it: ``1e-12``, ``2.5e-6``, ``0.0005``, ``0.001``: its shortest exact digits."""
     if not (isinstance(bound, (int, float)) and not isinstance(bound, bool)) or not bound > 0:
         raise ValueError(f"a bound must be a positive number, got {bound!r}")
     mantissa, _, exponent = f"{bound:g}".partition("e")
