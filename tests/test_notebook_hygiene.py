@@ -219,3 +219,15 @@ def test_no_stored_output_prints_a_rounding_error(nb):
             hits += [f"cell {i}: {n}" for n in small_numbers_printed(c)]
     assert not hits, ("stored outputs print digits of a rounding error, which another machine prints otherwise; "
                       f"print the bound it meets (attnlib.agree / at_most): {hits[:8]}")
+
+
+CODE_WIDTH = 88   # what a code block of the rendered book shows without scrolling (book/_static/custom.css)
+
+
+def test_code_the_page_shows_fits_its_block(nb):
+    """Every line of a shown code cell fits the page's code block; the browser test measures the same at 1280 px,
+    this finds it without a build."""
+    long = [f"cell {i}: {len(line)} characters: {line[:50]!r}…"
+            for i, c in enumerate(nb.cells) if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", [])
+            for line in c.source.splitlines() if len(line) > CODE_WIDTH]
+    assert not long, f"lines wider than {CODE_WIDTH} characters: {long[:6]}"
