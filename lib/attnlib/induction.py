@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 
 from ._validate import _show, boundary, require_ids, require_nonnegative, require_positive, require_shape
 from .model import GPT, GPTConfig
+from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run
 
 __all__ = [
     "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
@@ -225,15 +225,14 @@ def load_models(path: str | Path = WEIGHTS) -> dict[int, GPT]:
     models = {}
     for seed in meta["seeds"]:
         model = new_model(seed, recipe)
-        prefix = f"seed{seed}."
-        model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        model.load_state_dict(_run_state(tensors, f"seed{seed}"))
         models[seed] = model.eval()
     return models
 
 
 def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:
     """The training loss of every step of every shipped seed, as the training script recorded them."""
-    return {int(k): v for k, v in _metadata(path)["losses"].items()}
+    return {int(k.removeprefix("seed")): v for k, v in _metadata(path)["losses"].items()}   # "0" or "seed0"
 
 
 def _metadata(path) -> dict:
@@ -262,13 +261,7 @@ def _recipe_to_file(config: dict) -> dict:
 
 def _require_recipe(config) -> dict:
     """A dict with every key of CONFIG, its "model" a GPTConfig."""
-    if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict like attnlib.induction.CONFIG, got {_show(config)}")
-    missing = sorted(set(CONFIG) - set(config))
-    if missing:
-        raise ValueError(f"config lacks the recipe's keys {missing}; start from {{**CONFIG, ...}}")
-    if not isinstance(config["model"], GPTConfig):
-        raise TypeError(f"config['model'] must be a GPTConfig, got {_show(config['model'])}")
+    _require_recipe_keys(config, CONFIG, "attnlib.induction.CONFIG")
     n_min, n_max = require_positive(n_min=config["n_min"], n_max=config["n_max"])
     if n_min > n_max or 2 * n_max - 1 > config["model"].max_T or n_max > config["model"].vocab_size:
         raise ValueError(f"the blocks need n_min <= n_max, 2·n_max - 1 <= max_T={config['model'].max_T} "
@@ -285,32 +278,20 @@ def _require_gpt(model) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Train every seed of the recipe with one thread and write the weights and the losses."""
-    from safetensors.torch import save_file
-
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--out", default=str(WEIGHTS), help="where to write the safetensors file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    tensors, losses = {}, {}
-    for seed in SEEDS:
-        t0 = time.perf_counter()
-        model, losses[seed] = train_induction(seed)
-        for k, v in model.state_dict().items():
-            tensors[f"seed{seed}.{k}"] = v.detach().contiguous()
-        print(f"seed {seed}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
-              f"loss {losses[seed][0]:.3f} → {sum(losses[seed][-50:]) / 50:.3f} (last 50)")
-    meta = {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS)),
-            "losses": json.dumps({str(s): [round(x, 6) for x in ls] for s, ls in losses.items()}),
-            "torch": torch.__version__}
-    save_file(tensors, args.out, metadata=meta)
-    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
-
-
-if __name__ == "__main__":
-    main()
+    runs = {f"seed{seed}": _timed_run(f"seed {seed}", lambda seed=seed: train_induction(seed), last=50)
+            for seed in SEEDS}
+    _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS))})
 
 
 def _previous_token_args(P) -> None:
     T = _require_table(P)["T"]
     if T < 2:
         raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
+
+
+if __name__ == "__main__":
+    main()

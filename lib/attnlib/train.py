@@ -205,8 +205,7 @@ def load_char_models(path: str | Path = WEIGHTS) -> dict:
     models = {}
     for variant in meta["variants"]:
         model = _char_gpt(meta["vocab_size"], VARIANTS[variant], _model_from_file(meta["config"]))
-        prefix = f"{variant}."
-        model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        model.load_state_dict(_run_state(tensors, variant))
         models[variant] = model.eval()
     return models
 
@@ -216,14 +215,19 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[str, list[float]]:
     return _metadata(path)["losses"]
 
 
-def _require_config(config) -> None:
+def _require_recipe_keys(config, template: dict, where: str) -> None:
+    """A recipe: a dict with every key of ``template`` (the module's CONFIG), its "model" a GPTConfig."""
     if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict like attnlib.train.CONFIG, got {type(config).__name__}")
-    missing = sorted(set(CONFIG) - set(config))
+        raise TypeError(f"config must be a dict like {where}, got {_show(config)}")
+    missing = sorted(set(template) - set(config))
     if missing:
-        raise ValueError(f"config lacks the recipe's keys {missing}")
+        raise ValueError(f"config lacks the recipe's keys {missing}; start from {{**CONFIG, ...}}")
     if not isinstance(config["model"], GPTConfig):
         raise TypeError(f"config['model'] must be a GPTConfig, got {_show(config['model'])}")
+
+
+def _require_config(config) -> None:
+    _require_recipe_keys(config, CONFIG, "attnlib.train.CONFIG")
     held_out = require_number(config["held_out"], "held_out", above=0)
     if held_out >= 1:
         raise ValueError(f"held_out must be a fraction below 1, got {held_out}")
@@ -262,32 +266,44 @@ def _require_model(model) -> None:
         raise ValueError("model has no parameters to train or to place on a device")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Train both models of chapter 8's recipe with one thread and write the weights and the losses."""
+def _save_runs(path, runs: dict, meta: dict) -> None:
+    """Write trained runs ``{name: (model, losses)}`` to one safetensors file: tensors ``"<name>.<parameter>"``,
+    and in its metadata each run's loss of every step (6 decimals), the torch release, and ``meta`` (strings)."""
     from safetensors.torch import save_file
 
+    tensors = {f"{name}.{k}": v.detach().contiguous() for name, (model, _) in runs.items()
+               for k, v in model.state_dict().items()}
+    losses = {name: [round(x, 6) for x in ls] for name, (_, ls) in runs.items()}
+    save_file(tensors, str(path), metadata={**meta, "losses": json.dumps(losses), "torch": torch.__version__})
+    print(f"wrote {path} ({Path(path).stat().st_size / 1e3:.0f} KB)")
+
+
+def _run_state(tensors: dict, name: str) -> dict:
+    """The state dict of run ``name`` among the tensors of a file that :func:`_save_runs` wrote."""
+    prefix = f"{name}."
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _timed_run(label: str, run, last: int):
+    """Call ``run()`` → (model, losses) and print how long it took and how far the loss fell."""
+    t0 = time.perf_counter()
+    model, losses = run()
+    tail = losses[-last:]
+    print(f"{label}: {len(losses)} steps in {time.perf_counter() - t0:.1f} s, "
+          f"loss {losses[0]:.3f} → {sum(tail) / len(tail):.3f} (mean of the last {len(tail)})")
+    return model, losses
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train both models of chapter 8's recipe with one thread and write the weights and the losses."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--out", default=str(WEIGHTS), help="where to write the safetensors file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    tensors, losses = {}, {}
-    for variant in VARIANTS:
-        t0 = time.perf_counter()
-        model, losses[variant] = train_char_model(variant)
-        for k, v in model.state_dict().items():
-            tensors[f"{variant}.{k}"] = v.detach().contiguous()
-        print(f"{variant}: {CONFIG['steps']} steps in {time.perf_counter() - t0:.1f} s, "
-              f"loss {losses[variant][0]:.3f} → {sum(losses[variant][-20:]) / 20:.3f} (last 20)")
-    meta = {"config": json.dumps(_recipe_to_file(CONFIG)), "vocab_size": str(model.config.vocab_size),
-            "variants": json.dumps(list(VARIANTS)),
-            "losses": json.dumps({v: [round(x, 6) for x in ls] for v, ls in losses.items()}),
-            "torch": torch.__version__}
-    save_file(tensors, args.out, metadata=meta)
-    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e3:.0f} KB)")
-
-
-if __name__ == "__main__":
-    main()
+    runs = {v: _timed_run(v, lambda v=v: train_char_model(v), last=20) for v in VARIANTS}
+    _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)),
+                               "vocab_size": str(runs["masked"][0].config.vocab_size),
+                               "variants": json.dumps(list(VARIANTS))})
 
 
 def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
@@ -297,3 +313,7 @@ def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
     _require_data(data, model)
     return {"steps": steps, "T": T, "B": B, "lr": require_number(lr, "lr", above=0), "seed": seed,
             "device": None if device is None else require_device(device), "stop": stop}
+
+
+if __name__ == "__main__":
+    main()
