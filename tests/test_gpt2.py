@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 
 import pytest
 import torch
@@ -141,12 +142,13 @@ def test_cached_greedy_generation_same_tokens(seed):
     theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_new,
                          do_sample=False, eos_token_id=None)
     assert torch.equal(ours, theirs)
-    # the same loop by hand with GPT-2's own cache
+    # the same loop by hand with GPT-2's own cache (transformers 5.24 renamed past_key_values to cache)
+    name = "cache" if "cache" in inspect.signature(type(hf).forward).parameters else "past_key_values"
     ids, cache, step = prompt, None, prompt
     with torch.no_grad():
         for _ in range(n_new):
-            out = hf(step, cache=cache, use_cache=True)
-            cache = out.cache
+            out = hf(step, **{name: cache}, use_cache=True)
+            cache = getattr(out, name)
             step = out.logits[:, -1].argmax(-1, keepdim=True)
             ids = torch.cat([ids, step], dim=1)
     assert torch.equal(ours, ids)
