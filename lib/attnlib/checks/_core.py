@@ -56,6 +56,11 @@ class Mistake:
     wrong: Callable
 
 
+def _gen(seed: int) -> torch.Generator:
+    """The seeded CPU generator that every checker draws its test inputs from."""
+    return torch.Generator().manual_seed(seed)
+
+
 # --- comparing a result with the expected one ---------------------------------------------------------------------
 
 _NUMBER = (int, float)

@@ -15,15 +15,11 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..block import MLP, Block
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_layer_norm", "check_mlp", "check_pre_norm_block", "check_mlp_flops", "check_rms_norm"]
 
 EPS = 1e-5   # the LayerNorm epsilon of torch and of the library
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _not_callable(fn) -> Verdict:

@@ -17,13 +17,9 @@ import math
 import torch
 
 from ..position import rope_angles, sinusoidal_positions
-from ._core import Mistake, Verdict, checker, judge
+from ._core import Mistake, Verdict, _gen, checker, judge
 
 __all__ = ["check_embed", "check_sinusoidal", "check_rotate_pairs", "check_embed_with_positions"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------------

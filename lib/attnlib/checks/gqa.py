@@ -18,13 +18,9 @@ from ..attention import attention
 from ..costs import kv_cache_bytes
 from ..heads import KVCache, MultiHeadAttention, repeat_kv
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_gqa_attention", "check_gqa_cache_bytes", "check_mean_pooled_kv", "GQA_SHAPE"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------- build: GQA attention

@@ -17,14 +17,10 @@ import torch
 
 from ..attention import attention, attention_weights, causal_mask, softmax
 from ..heads import MultiHeadAttention, merge_heads, split_heads
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head", "check_fixed_multi_head",
            "buggy_multi_head", "check_attention_parameters"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------------- split

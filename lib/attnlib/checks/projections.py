@@ -14,13 +14,9 @@ from __future__ import annotations
 import torch
 
 from ..projections import Projections, project
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv", "check_qkv_params"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------------

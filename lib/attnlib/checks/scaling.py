@@ -16,13 +16,9 @@ import torch
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_scaled_scores", "check_head_scores", "check_scaled_variance"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------------

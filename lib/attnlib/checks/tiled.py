@@ -16,13 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from ..tiled import SKIPPED, online_softmax_step, tile_plan
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
 
 __all__ = ["check_online_step", "check_tile_count", "buggy_tiled_attention", "check_fixed_tiled_attention"]
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------- build: one step
