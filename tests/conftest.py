@@ -44,6 +44,14 @@ def repo_url() -> str:
     return config()["repository"]["url"]
 
 
+def rejects(call, *fragments, kind=ValueError) -> None:
+    """``call()`` raises ``kind`` with every fragment in its message."""
+    with pytest.raises(kind) as e:
+        call()
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
+
+
 def assert_accepted(verdict) -> None:
     """A checker's verdict on a correct answer."""
     assert verdict.ok and verdict.mistake is None, verdict

@@ -17,6 +17,7 @@ from attnlib.attention import combine_masks, padding_mask, sliding_window_mask
 from attnlib.batches import pad_prompts, position_ids
 from attnlib.gpt2 import from_gpt2
 from attnlib.position import LearnedPositions
+from conftest import rejects
 
 settings.register_profile("batches", max_examples=25, deadline=None, derandomize=True)
 settings.load_profile("batches")
@@ -33,7 +34,7 @@ def prompts_of(lengths, seed: int) -> list[torch.Tensor]:
     return [torch.randint(1, V, (n,), generator=g) for n in lengths]
 
 
-def small_gpt(pos, seed: int = 0, backend: str = "sdpa", **kw) -> GPT:
+def padded_gpt(pos, seed: int = 0, backend: str = "sdpa", **kw) -> GPT:
     torch.manual_seed(seed)
     model = GPT(V, 16, 2, 2, max_T=24, pos=pos, backend=backend, **kw).eval()
     with torch.no_grad():          # a larger init than 0.02: logits far from uniform, no near-ties
@@ -166,7 +167,7 @@ def test_mha_backends_agree_with_a_padding_mask_and_give_no_nan(rope):
        pos=st.sampled_from(["learned", "rope", "sinusoidal", None]),
        backend=st.sampled_from(["sdpa", "plain"]), side=st.sampled_from(["left", "right"]))
 def test_a_padded_row_gives_the_logits_of_its_prompt_alone(lengths, pos, backend, side):
-    model = small_gpt(pos, len(lengths), backend)
+    model = padded_gpt(pos, len(lengths), backend)
     prompts = prompts_of(lengths, sum(lengths))
     ids, is_pad = pad_prompts(prompts, 0, side=side)
     with torch.no_grad():
@@ -179,7 +180,7 @@ def test_a_padded_row_gives_the_logits_of_its_prompt_alone(lengths, pos, backend
 @settings(max_examples=10)
 @given(lengths=st.lists(st.integers(1, 6), min_size=2, max_size=3), seed=st.integers(0, 100))
 def test_pad_tokens_are_never_read(lengths, seed):
-    model = small_gpt("learned", seed)
+    model = padded_gpt("learned", seed)
     ids, is_pad = pad_prompts(prompts_of(lengths, seed), 0, side="left")
     other = torch.where(is_pad, torch.randint(0, V, ids.shape, generator=gen(seed)), ids)
     with torch.no_grad():
@@ -190,7 +191,7 @@ def test_pad_tokens_are_never_read(lengths, seed):
 @pytest.mark.parametrize("pos", ["learned", "rope"])
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_batched_generation_gives_each_prompt_its_own_tokens(pos, use_cache):
-    model = small_gpt(pos, 3)
+    model = padded_gpt(pos, 3)
     prompts = prompts_of([4, 1, 7, 2], 3)
     ids, is_pad = pad_prompts(prompts, 0, side="left")
     n_new = 8
@@ -203,7 +204,7 @@ def test_batched_generation_gives_each_prompt_its_own_tokens(pos, use_cache):
 
 
 def test_batched_generation_with_and_without_cache_and_without_padding_is_unchanged():
-    model = small_gpt("rope", 4)
+    model = padded_gpt("rope", 4)
     ids = torch.randint(0, V, (2, 5), generator=gen(4))
     no_pad = torch.zeros(2, 5, dtype=torch.bool)
     plain = model.generate(ids, 6)
@@ -216,7 +217,7 @@ def test_naive_positions_change_learned_rows_but_rope_only_by_rounding():
     ids, is_pad = pad_prompts([prompt, torch.arange(1, 9)], 0, side="left")   # 3 pads before the prompt
     naive = torch.arange(ids.shape[1]).expand_as(ids)                          # column index as position
     for pos, expect_big in [("learned", True), ("rope", False)]:
-        model = small_gpt(pos, 8)
+        model = padded_gpt(pos, 8)
         with torch.no_grad():
             alone = model(prompt[None])[0]
             X = model.embed_tokens(ids, positions=naive)
@@ -285,15 +286,8 @@ def test_hf_gpt2_with_attention_mask_and_position_ids_gives_the_same_real_logits
 # ---------------------------------------------------------------------------------------------- bad input
 
 
-def rejects(call, *fragments, kind=ValueError):
-    with pytest.raises(kind) as e:
-        call()
-    for f in fragments:
-        assert f in str(e.value), (f, str(e.value))
-
-
 def test_bad_inputs_are_rejected_with_a_clear_message():
-    model = small_gpt("learned")
+    model = padded_gpt("learned")
     ids, is_pad = pad_prompts(prompts_of([3, 5], 0), 0, side="left")
     rejects(lambda: model(ids, is_pad=is_pad.long()), "boolean", "is_pad", kind=TypeError)
     rejects(lambda: model(ids, is_pad=is_pad[:, 1:]), "is_pad must be (B=2, T=5)", "(2, 4)")
@@ -326,7 +320,7 @@ def test_bad_inputs_are_rejected_with_a_clear_message():
 
 
 def test_hidden_states_take_the_padding_too():
-    model = small_gpt("rope", 5)
+    model = padded_gpt("rope", 5)
     ids, is_pad = pad_prompts(prompts_of([2, 6], 5), 0, side="left")
     with torch.no_grad():
         X_L = model.hidden_states(ids, is_pad=is_pad)[-1]

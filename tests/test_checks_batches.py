@@ -12,7 +12,7 @@ from attnlib.checks.batches import (
     check_position_ids,
     check_sliding_window_mask,
 )
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 # ---------------------------------------------------------------------------------------------- position ids
 
@@ -157,3 +157,21 @@ def test_checkers_never_raise():
         v = check(lambda *a: 1 / 0)
         assert not v.ok and "ZeroDivisionError" in v.message
     assert not check_nonzero_weights(object()).ok
+
+
+def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
+    from attnlib.attention import sliding_window_mask
+    from attnlib.batches import position_ids
+    from attnlib.checks import batches as M
+    from attnlib.checks._core import _close
+
+    def window(T, w):
+        return sliding_window_mask(T, window=w, dtype=torch.bool)
+
+    for cases, variant, reference, mistakes in [
+            (M._pad_cases, M._positions, position_ids, M._POSITION_MISTAKES),
+            (M._generation_cases, M._greedy, M._generation_reference, M._GENERATION_MISTAKES),
+            (M._window_cases, M._window, window, M._WINDOW_MISTAKES)]:
+        for case in cases():
+            assert _close(variant(*case), reference(*case), 0.0)
+        assert_mistakes_distinct(cases()[0], reference, mistakes)

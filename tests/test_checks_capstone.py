@@ -17,7 +17,7 @@ from attnlib.checks import (
     check_fixed_sublayer,
     sublayer_with_bugs,
 )
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 # --- the attention sublayer: one bug per reading question -----------------------------------------------------------
 
@@ -153,3 +153,15 @@ def test_cached_attention_accepts_the_fix_and_rejects_the_stub():
 ])
 def test_cached_attention_mistakes(fn, label):
     assert_named(check_cached_attention(fn), label)
+
+
+def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
+    from attnlib.checks import capstone as M
+    from attnlib.checks._core import _close
+
+    for cases, variant, reference, mistakes in [
+            (M._sublayer_cases, M._sublayer, sublayer_with_bugs(), M._SUBLAYER_MISTAKES),
+            (M._cached_cases, M._cached, M._cached_reference, M._CACHED_MISTAKES)]:
+        for case in cases():
+            assert _close(variant(*case), reference(*case), 1e-6)
+        assert_mistakes_distinct(cases()[-1], reference, mistakes)

@@ -8,7 +8,7 @@ import torch
 
 from attnlib import GPT, KVCache
 from attnlib.checks import GPT2_SMALL, check_cached_step_flops, check_kv_cache_bytes
-from conftest import assert_accepted, assert_named
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named
 
 # --- predict: the KV cache of a GPT-2-small-shaped model ------------------------------------------------------------
 
@@ -91,3 +91,11 @@ def test_cached_step_flops_mistakes(fn, label):
 
 def test_a_full_forward_pass_is_much_dearer_than_a_cached_step():
     assert full_forward(1000, 64, 4, 2, 100) > 100 * step_flops(1000, 64, 4, 2, 100)
+
+
+def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
+    from attnlib.checks import costs as M
+
+    case = (5, 16, 4, 2, 54)
+    assert float(M._step(*case)) == float(M._measured_step_flops(*case)) == step_flops(*case)
+    assert_mistakes_distinct(case, M._measured_step_flops, M._STEP_MISTAKES)

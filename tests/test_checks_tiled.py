@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlib.checks import buggy_tiled_attention, check_fixed_tiled_attention, check_online_step, check_tile_count
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 
 # ------------------------------------------------------------------------------------------ one online step
@@ -163,3 +163,15 @@ def test_a_fix_right_only_for_T_a_multiple_of_the_block_fails():
         out = fixed_ok(Q, K, V, block)
         return out if Q.shape[-2] % block == 0 else out + 1e-3
     assert not check_fixed_tiled_attention(only_full_blocks).ok
+
+
+def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
+    from attnlib.checks import tiled as M
+    from attnlib.checks._core import _close
+
+    for cases, variant, reference, mistakes in [(M._step_cases, M._step, M._step_reference, M._STEP_MISTAKES),
+                                                (M._fix_cases, M._tiled_variant, M._fixed_reference,
+                                                 M._FIX_MISTAKES)]:
+        for case in cases():
+            assert _close(variant(*case), reference(*case), 1e-9)
+        assert_mistakes_distinct(cases()[0], reference, mistakes)

@@ -130,7 +130,7 @@ def run(fn: Callable[[], object]):
         pytest.fail(f"hang: {e}")
 
 
-def rejects(fn: Callable[[], object], *fragments: str, any_of: tuple[str, ...] = (), origin: Path = LIB):
+def rejects_at_boundary(fn: Callable[[], object], *fragments: str, any_of: tuple[str, ...] = (), origin: Path = LIB):
     """fn() must raise ValueError or TypeError from the library, naming every fragment (and one of any_of)."""
     try:
         run(fn)
@@ -218,6 +218,7 @@ class Arg:
     linked: tuple[str, ...] = ()       # axes whose size is checked (pinned by a module or by another argument)
     any_rank: bool = False             # any number of axes is valid (and empty axes too)
     optional_lead: bool = False        # the first axis may be left out, e.g. ids (T,) or (B, T)
+    nullable: bool = False             # None is a valid value (e.g. X_kv=None: self-attention)
 
 
 @dataclass
@@ -304,7 +305,7 @@ def bad_tensor_case(entry: Entry, data) -> tuple[dict, tuple[str, ...], tuple[st
     if kind == "list":
         tensors[name] = x.tolist()
         return tensors, ("torch.Tensor", "list"), ()
-    if kind == "none":
+    if kind == "none" and not arg.nullable:
         tensors[name] = None
         return tensors, ("torch.Tensor", "NoneType"), ()
     return None
@@ -420,7 +421,7 @@ def entry_projections(data):
     d = _dims(data, "T", "T_kv", "d_model", "d_k")
     p = seeded(lambda: Projections(d["d_model"], d["d_k"]))
     return Entry("Projections", p, {"X": Arg("... T d_model", linked=("d_model",)),
-                                    "X_kv": Arg("... T_kv d_model", linked=("d_model",))}, d,
+                                    "X_kv": Arg("... T_kv d_model", linked=("d_model",), nullable=True)}, d,
                  batched=True, weights=True)
 
 
@@ -471,14 +472,14 @@ def entry_kv_extend(data):
 
 
 @functools.cache
-def small_gpt(vocab_size: int, pos: str | None, L: int = 1, max_T: int = 8) -> GPT:
+def tiny_gpt(vocab_size: int, pos: str | None, L: int = 1, max_T: int = 8) -> GPT:
     """A small GPT in eval mode, built once per configuration (nothing in these tests changes its weights)."""
     return seeded(lambda: GPT(vocab_size, 8, 2, L, max_T=max_T, pos=pos).eval())
 
 
 def _gpt(data):
     pos = data.draw(st.sampled_from(["learned", "sinusoidal", "rope", None]), label="pos")
-    return small_gpt(data.draw(st.integers(2, 9), label="vocab_size"), pos)
+    return tiny_gpt(data.draw(st.integers(2, 9), label="vocab_size"), pos)
 
 
 def entry_gpt_forward(data):
@@ -546,13 +547,13 @@ def test_wrong_tensors_are_rejected_at_the_boundary(factory, data):
         case = _integer_wrong(entry, data, entry.valid(data.draw(st.integers(0, 99))))
         if case is not None:
             tensors, fragments = case
-            rejects(lambda: entry(tensors), *fragments)
+            rejects_at_boundary(lambda: entry(tensors), *fragments)
             return
     case = bad_tensor_case(entry, data)
     if case is None:
         return
     tensors, fragments, any_of = case
-    rejects(lambda: entry(tensors), *fragments, any_of=any_of)
+    rejects_at_boundary(lambda: entry(tensors), *fragments, any_of=any_of)
 
 
 @pytest.mark.parametrize("factory", TENSOR_ENTRIES, ids=lambda f: f.__name__[6:])
@@ -700,7 +701,7 @@ def test_bad_sizes_numbers_and_switches_are_rejected(sized, data):
     name, value, fragments, any_of = _bad_value(sized, data)
     kwargs = {**sized.valid, name: value}
     with torch.random.fork_rng(devices=[]):
-        rejects(lambda: sized.build(**kwargs), *fragments, any_of=any_of)
+        rejects_at_boundary(lambda: sized.build(**kwargs), *fragments, any_of=any_of)
     plt.close("all")
 
 
@@ -746,29 +747,29 @@ def test_mismatched_caches_are_rejected_in_terms_of_the_cache(data):
     kind = data.draw(st.sampled_from(CACHE_MISTAKES), label="mistake")
     if kind == "batch":
         x = randn((B + 1, 1, h * d_head), 1)
-        rejects(lambda: mha(x, cache=cache), "cache", f"B={B + 1}", str(tuple(cache.K.shape)))
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache", f"B={B + 1}", str(tuple(cache.K.shape)))
     elif kind == "heads":
         other = seeded(lambda: MultiHeadAttention(h * d_head * 2, 2 * h))
         x2 = randn((B, 1, 2 * h * d_head), 1)
-        rejects(lambda: other(x2, cache=cache), "cache", f"h={2 * h}", str(tuple(cache.K.shape)))
+        rejects_at_boundary(lambda: other(x2, cache=cache), "cache", f"h={2 * h}", str(tuple(cache.K.shape)))
     elif kind == "d_head":
         cache.K, cache.V = cache.K.new_zeros(B, h, T, d_head + 1), cache.V.new_zeros(B, h, T, d_head + 1)
-        rejects(lambda: mha(x, cache=cache), "cache", f"d_head={d_head}", str((B, h, T, d_head + 1)))
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache", f"d_head={d_head}", str((B, h, T, d_head + 1)))
     elif kind == "dtype":
         cache.K, cache.V = cache.K.double(), cache.V.double()
-        rejects(lambda: mha(x, cache=cache), "cache", "torch.float64", "torch.float32")
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache", "torch.float64", "torch.float32")
     elif kind == "K/V length":
         cache.V = torch.cat([cache.V, cache.V[:, :, :1]], dim=2)
-        rejects(lambda: mha(x, cache=cache), "cache", str(tuple(cache.K.shape)), str(tuple(cache.V.shape)))
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache", str(tuple(cache.K.shape)), str(tuple(cache.V.shape)))
     elif kind == "K only":
         cache.V = None
-        rejects(lambda: mha(x, cache=cache), "cache", "K", "V")
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache", "K", "V")
     elif kind == "not a cache":
         bad = data.draw(st.sampled_from([(cache.K, cache.V), [], "cache", 3]))
-        rejects(lambda: mha(x, cache=bad), "KVCache", type(bad).__name__)
+        rejects_at_boundary(lambda: mha(x, cache=bad), "KVCache", type(bad).__name__)
     else:
         cache.K = cache.K.numpy()
-        rejects(lambda: mha(x, cache=cache), "cache.K", "torch.Tensor", "ndarray")
+        rejects_at_boundary(lambda: mha(x, cache=cache), "cache.K", "torch.Tensor", "ndarray")
 
 
 GPT_CACHE_MISTAKES = ("count", "shared", "lengths", "not a list", "batch", "dtype", "entry")
@@ -778,7 +779,7 @@ GPT_CACHE_MISTAKES = ("count", "shared", "lengths", "not a list", "batch", "dtyp
 @given(data=st.data())
 def test_gpt_caches_are_one_per_block_of_one_length(data):
     L, B, T = data.draw(st.integers(2, 3)), data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))
-    model = small_gpt(11, data.draw(st.sampled_from(["learned", "rope"])), L)
+    model = tiny_gpt(11, data.draw(st.sampled_from(["learned", "rope"])), L)
     ids = torch.randint(0, 11, (B, T), generator=torch.Generator().manual_seed(0))
     caches = [KVCache() for _ in range(L)]
     with torch.no_grad():
@@ -787,29 +788,29 @@ def test_gpt_caches_are_one_per_block_of_one_length(data):
     kind = data.draw(st.sampled_from(GPT_CACHE_MISTAKES), label="mistake")
     if kind == "count":
         bad = caches[:-1] if data.draw(st.booleans()) else caches + [KVCache()]
-        rejects(lambda: model(nxt, bad), "caches", f"L={L}", f"got {len(bad)}")
+        rejects_at_boundary(lambda: model(nxt, bad), "caches", f"L={L}", f"got {len(bad)}")
     elif kind == "shared":
         bad = [caches[0]] * L
-        rejects(lambda: model(nxt, bad), "caches[1]", "caches[0]", "its own")
+        rejects_at_boundary(lambda: model(nxt, bad), "caches[1]", "caches[0]", "its own")
     elif kind == "lengths":
         k = data.draw(st.integers(1, L - 1))
         caches[k] = KVCache(caches[k].K[:, :, :-1], caches[k].V[:, :, :-1]) if T > 1 else KVCache()
         lengths = [T] * L
         lengths[k] = T - 1
-        rejects(lambda: model(nxt, caches), "same positions", str(lengths))
+        rejects_at_boundary(lambda: model(nxt, caches), "same positions", str(lengths))
     elif kind == "not a list":
         bad = data.draw(st.sampled_from([caches[0], {0: caches[0]}, "caches"]))
-        rejects(lambda: model(nxt, bad), "caches", "list", type(bad).__name__)
+        rejects_at_boundary(lambda: model(nxt, bad), "caches", "list", type(bad).__name__)
     elif kind == "batch":
-        rejects(lambda: model(ids[:, -1:].repeat(2, 1), caches), "caches[0]", f"B={2 * B}")
+        rejects_at_boundary(lambda: model(ids[:, -1:].repeat(2, 1), caches), "caches[0]", f"B={2 * B}")
     elif kind == "dtype":
         k = data.draw(st.integers(0, L - 1))
         caches[k] = KVCache(caches[k].K.double(), caches[k].V.double())
-        rejects(lambda: model(nxt, caches), f"caches[{k}]", "torch.float64", "torch.float32")
+        rejects_at_boundary(lambda: model(nxt, caches), f"caches[{k}]", "torch.float64", "torch.float32")
     else:
         k = data.draw(st.integers(0, L - 1))
         caches[k] = None
-        rejects(lambda: model(nxt, caches), f"caches[{k}]", "KVCache", "None")
+        rejects_at_boundary(lambda: model(nxt, caches), f"caches[{k}]", "KVCache", "None")
 
 
 @settings(FUZZ, max_examples=30)
@@ -819,20 +820,20 @@ def test_a_cache_that_is_inconsistent_in_itself_is_rejected_when_built_or_extend
     K, V = randn((B, h, T, d), 0), randn((B, h, T, d), 1)
     kind = data.draw(st.sampled_from(["V length", "V rank", "dtype", "V missing", "extend batch", "extend d"]))
     if kind == "V length":
-        rejects(lambda: KVCache(K, V[:, :, :0] if T == 1 else V[:, :, :-1]), "KVCache.K", "KVCache.V")
+        rejects_at_boundary(lambda: KVCache(K, V[:, :, :0] if T == 1 else V[:, :, :-1]), "KVCache.K", "KVCache.V")
     elif kind == "V rank":
-        rejects(lambda: KVCache(K, V[0]), "KVCache.V", str(tuple(V[0].shape)))
+        rejects_at_boundary(lambda: KVCache(K, V[0]), "KVCache.V", str(tuple(V[0].shape)))
     elif kind == "dtype":
-        rejects(lambda: KVCache(K, V.half()), "torch.float32", "torch.float16")
+        rejects_at_boundary(lambda: KVCache(K, V.half()), "torch.float32", "torch.float16")
     elif kind == "V missing":
-        rejects(lambda: KVCache(K), "K", "V")
+        rejects_at_boundary(lambda: KVCache(K), "K", "V")
     elif kind == "extend batch":
         cache = KVCache(K, V)
-        rejects(lambda: cache.extend(randn((B + 1, h, 1, d), 2), randn((B + 1, h, 1, d), 3)), "cache",
+        rejects_at_boundary(lambda: cache.extend(randn((B + 1, h, 1, d), 2), randn((B + 1, h, 1, d), 3)), "cache",
                 f"B={B + 1}", str(tuple(K.shape)))
     else:
         cache = KVCache(K, V)
-        rejects(lambda: cache.extend(randn((B, h, 1, d + 1), 2), randn((B, h, 1, d + 1), 3)), "cache",
+        rejects_at_boundary(lambda: cache.extend(randn((B, h, 1, d + 1), 2), randn((B, h, 1, d + 1), 3)), "cache",
                 f"d_head={d + 1}", str(tuple(K.shape)))
 
 
@@ -843,7 +844,7 @@ def test_a_cache_that_is_inconsistent_in_itself_is_rejected_when_built_or_extend
 @given(data=st.data())
 def test_gpt_offsets_lengths_and_targets(data):
     max_T = data.draw(st.integers(2, 6), label="max_T")
-    model = small_gpt(9, data.draw(st.sampled_from(["learned", "sinusoidal", "rope", None])), 1, max_T)
+    model = tiny_gpt(9, data.draw(st.sampled_from(["learned", "sinusoidal", "rope", None])), 1, max_T)
     B, T = data.draw(st.integers(1, 2)), data.draw(st.integers(1, max_T))
     ids = torch.randint(0, 9, (B, T), generator=torch.Generator().manual_seed(1))
     kind = data.draw(st.sampled_from(["too long", "offset past", "negative offset", "generate bound",
@@ -851,33 +852,35 @@ def test_gpt_offsets_lengths_and_targets(data):
                                       "generator", "ids rank"]))
     if kind == "too long":
         long = torch.zeros(B, max_T + data.draw(st.integers(1, 3)), dtype=torch.long)
-        rejects(lambda: model(long), f"T={long.shape[1]}", f"max_T={max_T}")
+        rejects_at_boundary(lambda: model(long), f"T={long.shape[1]}", f"max_T={max_T}")
     elif kind == "offset past":
         offset = max_T - T + data.draw(st.integers(1, 3))
-        rejects(lambda: model.embed_tokens(ids, offset), f"max_T={max_T}", f"offset={offset}")
+        rejects_at_boundary(lambda: model.embed_tokens(ids, offset), f"max_T={max_T}", f"offset={offset}")
     elif kind == "negative offset":
         offset = -data.draw(st.integers(1, 4))
-        rejects(lambda: model.embed_tokens(ids, offset), "offset", str(offset))
+        rejects_at_boundary(lambda: model.embed_tokens(ids, offset), "offset", str(offset))
     elif kind == "generate bound":
         n_ok = max_T - T + 1                                # the last new token is never fed back
         assert run(lambda: model.generate(ids, n_ok)).shape == (B, max_T + 1)
-        rejects(lambda: model.generate(ids, n_ok + 1), f"n_new={n_ok + 1}", f"max_T={max_T}", str(max_T + 1))
+        rejects_at_boundary(lambda: model.generate(ids, n_ok + 1), f"n_new={n_ok + 1}", f"max_T={max_T}",
+                            str(max_T + 1))
     elif kind == "targets range":
         bad = data.draw(st.sampled_from([9, 12, -1, -99, -101]))
         targets = ids.clone()
         targets[0, -1] = bad
-        rejects(lambda: model.loss(ids, targets), str(bad), "0..8")
+        rejects_at_boundary(lambda: model.loss(ids, targets), str(bad), "0..8")
     elif kind == "targets all ignored":
-        rejects(lambda: model.loss(ids, torch.full_like(ids, -100)), "-100", "at least one target")
+        rejects_at_boundary(lambda: model.loss(ids, torch.full_like(ids, -100)), "-100", "at least one target")
     elif kind == "targets float":
-        rejects(lambda: model.loss(ids, ids.float()), "targets", "torch.float32")
+        rejects_at_boundary(lambda: model.loss(ids, ids.float()), "targets", "torch.float32")
     elif kind == "targets shape":
         targets = ids[:, :-1] if T > 1 else ids[None]
-        rejects(lambda: model.loss(ids, targets), str(tuple(ids.shape)), str(tuple(targets.shape)))
+        rejects_at_boundary(lambda: model.loss(ids, targets), str(tuple(ids.shape)), str(tuple(targets.shape)))
     elif kind == "generator":
-        rejects(lambda: model.generate(ids, 1, temperature=1.0, generator=0), "generator", "torch.Generator")
+        rejects_at_boundary(lambda: model.generate(ids, 1, temperature=1.0, generator=0), "generator",
+                            "torch.Generator")
     else:
-        rejects(lambda: model(ids[0]), "(B, T)", str(tuple(ids[0].shape)))
+        rejects_at_boundary(lambda: model(ids[0]), "(B, T)", str(tuple(ids[0].shape)))
 
 
 @settings(FUZZ, max_examples=8)
@@ -923,7 +926,7 @@ BAD_IDS = ([-1], [3, -2], [1.0], [True], [[1, 2]], "12", 3, None, torch.tensor([
 @settings(FUZZ, max_examples=15)
 @given(bad=st.sampled_from(BAD_IDS))
 def test_tokenizers_reject_ids_they_cannot_decode(tok, bad):
-    e = rejects(lambda: tok.decode(bad), any_of=("token id", "ids"))
+    e = rejects_at_boundary(lambda: tok.decode(bad), any_of=("token id", "ids"))
     if isinstance(bad, list) and bad and isinstance(bad[-1], int) and not isinstance(bad[-1], bool):
         assert str(bad[-1]) in str(e) or str(bad[0]) in str(e)
 
@@ -958,7 +961,7 @@ BAD_TEXT_CALLS = [
 
 @pytest.mark.parametrize("call,fragments", [c[1:] for c in BAD_TEXT_CALLS], ids=[c[0] for c in BAD_TEXT_CALLS])
 def test_text_entry_points_reject_bad_input(call, fragments):
-    rejects(call, *fragments)
+    rejects_at_boundary(call, *fragments)
 
 
 # ---------------------------------------------------------------------------------------------- everything else
@@ -1056,7 +1059,7 @@ def _with_env(name, value, fn):
 
 @pytest.mark.parametrize("call,fragments", [c[1:] for c in OTHER_BAD_CALLS], ids=[c[0] for c in OTHER_BAD_CALLS])
 def test_other_entry_points_reject_bad_input(call, fragments):
-    rejects(call, *fragments)
+    rejects_at_boundary(call, *fragments)
 
 
 OTHER_GOOD_CALLS = [
@@ -1139,14 +1142,14 @@ DEVICE_CALLS = [
      ("meta", "no values")),
     ("explore(S on meta)", lambda: attnlib.explore(_meta(torch.zeros(3, 3)), list("abc"), 4),
      ("S", "meta", "no values")),
-    ("model_scores(ids on meta)", lambda: _model_scores(small_gpt(9, "learned"), _meta(torch.tensor([1, 2]))),
+    ("model_scores(ids on meta)", lambda: _model_scores(tiny_gpt(9, "learned"), _meta(torch.tensor([1, 2]))),
      ("ids", "meta", "no values")),
 ]
 
 
 @pytest.mark.parametrize("call,fragments", [c[1:] for c in DEVICE_CALLS], ids=[c[0] for c in DEVICE_CALLS])
 def test_tensors_on_another_device_are_rejected_before_their_values_are_read(call, fragments):
-    rejects(call, *fragments)
+    rejects_at_boundary(call, *fragments)
 
 
 @settings(FUZZ, max_examples=20)
@@ -1157,19 +1160,19 @@ def test_a_bad_id_in_pad_prompts_names_its_prompt_and_position(lengths, data):
     t = data.draw(st.integers(0, lengths[k] - 1), label="position")
     bad = data.draw(st.integers(-10**6, -1), label="id")
     prompts[k][t] = bad
-    rejects(lambda: attnlib.batches.pad_prompts(prompts, 0), f"prompts[{k}]", f"position {t}", str(bad))
+    rejects_at_boundary(lambda: attnlib.batches.pad_prompts(prompts, 0), f"prompts[{k}]", f"position {t}", str(bad))
 
 
 @pytest.mark.parametrize("obj", [3, None, "GPT", len, torch.softmax, attnlib.GPT(9, 4, 2, 1).config])
 def test_show_source_rejects_what_has_no_python_source(obj):
     """Its own TypeError, before inspect.getsource sees the object (it once raised inside inspect)."""
-    rejects(lambda: attnlib.show_source(obj), "function", "class", type(obj).__name__)
+    rejects_at_boundary(lambda: attnlib.show_source(obj), "function", "class", type(obj).__name__)
 
 
 @pytest.mark.parametrize("seed", [1.5, 2.0, np.float64(3.0), torch.tensor(0.5), "1", True])
 def test_a_seed_that_is_not_an_integer_is_rejected_not_truncated(seed):
-    rejects(lambda: runtime.seed_everything(seed), "seed", "integer")
-    rejects(lambda: runtime.setup(seed), "seed", "integer")
+    rejects_at_boundary(lambda: runtime.seed_everything(seed), "seed", "integer")
+    rejects_at_boundary(lambda: runtime.setup(seed), "seed", "integer")
 
 
 # ------------------------------------------------------------------ issue 19: the model's config and entry points
@@ -1190,18 +1193,19 @@ META_CALLS = [
 @pytest.mark.parametrize("model_on", ["cpu", "meta"])
 def test_ids_on_the_meta_device_are_refused_before_any_read(call, model_on):
     model = _tiny_gpt().to(model_on)
-    rejects(lambda: call(model, torch.zeros(1, 3, dtype=torch.long, device="meta")), "meta", "ids")
+    rejects_at_boundary(lambda: call(model, torch.zeros(1, 3, dtype=torch.long, device="meta")), "meta", "ids")
 
 
 def test_next_token_windows_refuses_meta_starts():
-    rejects(lambda: train.next_token_windows(torch.arange(9), torch.tensor([1], device="meta"), 4), "meta", "starts")
+    starts = torch.tensor([1], device="meta")
+    rejects_at_boundary(lambda: train.next_token_windows(torch.arange(9), starts, 4), "meta", "starts")
 
 
 @pytest.mark.parametrize("convert", ["to_torch_mha", "to_torch_layer"])
 def test_torch_references_refuse_grouped_query_layers(convert):
     block = Block(16, 4, h_kv=2)
     layer = block.attn if convert == "to_torch_mha" else block
-    rejects(lambda: getattr(reference, convert)(layer), "h_kv=2", "h=4", "grouped-query")
+    rejects_at_boundary(lambda: getattr(reference, convert)(layer), "h_kv=2", "h=4", "grouped-query")
 
 
 def test_gpt_config_stores_plain_python_values():
@@ -1223,7 +1227,7 @@ def test_to_gpt2_takes_a_model_built_from_numpy_sizes():
         assert torch.allclose(hf(ids).logits, gpt(ids), atol=1e-5)
     tied = _tiny_gpt(tie=True)
     untied = to_gpt2(_tiny_gpt())
-    rejects(lambda: weight_pairs(tied, untied), "tie=True", "lm_head", "wte")
+    rejects_at_boundary(lambda: weight_pairs(tied, untied), "tie=True", "lm_head", "wte")
 
 
 @pytest.mark.parametrize("make,fragments", [
@@ -1238,7 +1242,7 @@ def test_to_gpt2_takes_a_model_built_from_numpy_sizes():
     (lambda: GPT("10"), ["vocab_size", "'10'"]),
 ])
 def test_gpt_config_checks_every_option_once(make, fragments):
-    rejects(make, *fragments)
+    rejects_at_boundary(make, *fragments)
 
 
 def test_a_gpt_too_large_for_memory_names_the_size_that_asks():
@@ -1251,8 +1255,8 @@ def test_a_gpt_too_large_for_memory_names_the_size_that_asks():
 
 def test_caches_of_none_say_what_a_cache_is():
     model = _tiny_gpt()
-    rejects(lambda: model(torch.zeros(1, 2, dtype=torch.long), [None]), "caches[0]", "KVCache", "None")
-    rejects(lambda: model(torch.zeros(1, 2, dtype=torch.long), [3]), "caches[0]", "KVCache", "got 3")
+    rejects_at_boundary(lambda: model(torch.zeros(1, 2, dtype=torch.long), [None]), "caches[0]", "KVCache", "None")
+    rejects_at_boundary(lambda: model(torch.zeros(1, 2, dtype=torch.long), [3]), "caches[0]", "KVCache", "got 3")
 
 
 def test_train_moves_the_model_to_its_device_and_checks_the_data_first():
@@ -1264,24 +1268,25 @@ def test_train_moves_the_model_to_its_device_and_checks_the_data_first():
     before = [p.detach().clone() for p in model.parameters()]
     data = torch.arange(400) % 7
     data[-1] = 9   # one bad id, that a late window would reach
-    rejects(lambda: train.train(model, data, steps=20, T=4, B=2), "token id 9", "vocabulary 0..6")
+    rejects_at_boundary(lambda: train.train(model, data, steps=20, T=4, B=2), "token id 9", "vocabulary 0..6")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))   # no update before the error
-    rejects(lambda: train.evaluate(model, data, T=2, B=1, batches=1), "token id 9", "vocabulary 0..6")
-    rejects(lambda: train.evaluate_prefix(model, data, T=2, B=1, batches=1), "token id 9")
+    rejects_at_boundary(lambda: train.evaluate(model, data, T=2, B=1, batches=1), "token id 9", "vocabulary 0..6")
+    rejects_at_boundary(lambda: train.evaluate_prefix(model, data, T=2, B=1, batches=1), "token id 9")
 
 
 def test_the_induction_recipe_checks_its_arguments():
     from attnlib import induction
 
     model = _tiny_gpt()
-    rejects(lambda: induction.ablate_heads(model, 3).__enter__(), "heads", "pairs", "3")
-    rejects(lambda: induction.ablate_heads(model, "0,1").__enter__(), "heads", "str")
-    rejects(lambda: induction.new_model(1.5), "seed", "1.5")
-    rejects(lambda: induction.new_model(0, {"model": induction.CONFIG["model"]}), "lacks", "steps")
-    rejects(lambda: induction.new_model(0, {**induction.CONFIG, "model": {"vocab_size": 32}}), "GPTConfig", "dict")
-    rejects(lambda: induction.train_induction(0, 1, {"steps": 1}), "lacks", "n_min")
-    rejects(lambda: induction.train_induction(0.5, 1), "seed")
-    rejects(lambda: induction.load_models(3), "path", "got 3")
+    rejects_at_boundary(lambda: induction.ablate_heads(model, 3).__enter__(), "heads", "pairs", "3")
+    rejects_at_boundary(lambda: induction.ablate_heads(model, "0,1").__enter__(), "heads", "str")
+    rejects_at_boundary(lambda: induction.new_model(1.5), "seed", "1.5")
+    rejects_at_boundary(lambda: induction.new_model(0, {"model": induction.CONFIG["model"]}), "lacks", "steps")
+    as_dict = {**induction.CONFIG, "model": {"vocab_size": 32}}
+    rejects_at_boundary(lambda: induction.new_model(0, as_dict), "GPTConfig", "dict")
+    rejects_at_boundary(lambda: induction.train_induction(0, 1, {"steps": 1}), "lacks", "n_min")
+    rejects_at_boundary(lambda: induction.train_induction(0.5, 1), "seed")
+    rejects_at_boundary(lambda: induction.load_models(3), "path", "got 3")
     with pytest.raises(FileNotFoundError, match="absent"):
         induction.load_models("absent.safetensors")
 
@@ -1329,7 +1334,7 @@ STAGE_BAD_CALLS = [
 
 @pytest.mark.parametrize("call,fragments", [c[1:] for c in STAGE_BAD_CALLS], ids=[c[0] for c in STAGE_BAD_CALLS])
 def test_stage_module_holes_are_closed(call, fragments):
-    rejects(call, *fragments)
+    rejects_at_boundary(call, *fragments)
 
 
 MASK_LAYOUTS = ("(B, h, T, T)", "(B, 1, T, T)", "(1, h, T, T)", "(T, T)", "(B, 1, 1, T)")
@@ -1362,7 +1367,7 @@ def test_a_mask_means_what_its_axes_say_and_an_ambiguous_or_inverted_one_is_name
         CASES["legitimate variants accepted"] += 1
     elif kind in ("(B, T, T)", "(h, T, T)"):
         mask = full[:, 0] if kind == "(B, T, T)" else full[0]
-        rejects(lambda: call(mask), str(tuple(mask.shape)), "(B, 1, T_q, T_k)", "(T_q, T_k)")
+        rejects_at_boundary(lambda: call(mask), str(tuple(mask.shape)), "(B, 1, T_q, T_k)", "(T_q, T_k)")
     else:
         mask = ~causal_mask(T, dtype=torch.bool) if kind == "inverted" else torch.zeros(T, T, dtype=torch.bool)
-        rejects(lambda: call(mask), "True = may attend", "~mask", str(tuple(mask.shape)))
+        rejects_at_boundary(lambda: call(mask), "True = may attend", "~mask", str(tuple(mask.shape)))
