@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib.checks import check_layer_norm, check_mlp, check_mlp_flops, check_pre_norm_block, check_rms_norm
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 
 # ------------------------------------------------------------------------------------------ LayerNorm
@@ -256,3 +256,31 @@ def test_rms_norm_solution_is_accepted(fn):
 def test_rms_norm_mistakes_are_named(fn, label):
     v = check_rms_norm(fn)
     assert_named(v, label)
+
+
+# ---- the tables of mistakes ---------------------------------------------------------------------------
+
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
+    from attnlib.checks import block
+
+    blocks = [block._fresh_block(i) for i in range(len(block._BLOCK_CASES))]
+    for check, mistakes, cases, reference in [
+        (check_layer_norm, block._LN_MISTAKES, block._norm_cases(), block._layer_norm),
+        (check_mlp, block._MLP_MISTAKES, block._mlp_cases(), block._mlp),
+        (check_pre_norm_block, block._PRE_MISTAKES, blocks, lambda X, b: b(X)),
+        (check_rms_norm, block._RMS_MISTAKES, block._rms_cases(), block._rms_norm),
+    ]:
+        for m in mistakes:
+            v = check(m.wrong)
+            assert_named(v, m.label)
+            assert v.message == m.hint, (m.label, v)
+        with torch.no_grad():
+            assert_mistakes_distinct(cases[1], reference, mistakes)
+
+
+def test_each_variant_with_its_default_switches_is_the_reference():
+    from attnlib.checks import block
+
+    for check, variant in [(check_layer_norm, block._ln_variant), (check_mlp, block._mlp_variant),
+                           (check_pre_norm_block, block._pre_norm_variant), (check_rms_norm, block._rms_variant)]:
+        assert_accepted(check(variant))

@@ -194,3 +194,17 @@ def test_judge_never_raises_and_explains_errors_and_shapes():
     verdict = judge(lambda x: x * 2, case, ref)
     assert isinstance(verdict, Verdict) and verdict.ok and repr(verdict).startswith("✓")
     assert repr(judge(lambda x: x, case, ref)).startswith("✗ not yet")
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks import embeddings as E
+    from attnlib.checks._core import _close
+
+    for wrong, cases, reference, atol in [
+        (E._sinusoid, [(7, 8), (3, 16)], sinusoid, 1e-4),
+        (E._rotate, E._rotate_cases(), rotate, 1e-5),
+        (E._positions_reference, E._positions_cases(), positions_right, 1e-5),
+    ]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), atol), wrong.__name__

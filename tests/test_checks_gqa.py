@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from attnlib import MultiHeadAttention
 from attnlib.checks.gqa import GQA_SHAPE, check_gqa_attention, check_gqa_cache_bytes, check_mean_pooled_kv
-from conftest import assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 # ------------------------------------------------------------------------------------------ GQA attention
 
@@ -185,3 +185,29 @@ def test_mean_pooling_checker_is_not_fooled_by_a_learner_who_changes_the_input()
     v = check_mean_pooled_kv(sneaky)
     assert not v.ok
     assert check_mean_pooled_kv(lambda m, k: _convert(m, k, mean)).ok
+
+
+# ---- the tables of mistakes ---------------------------------------------------------------------------
+
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
+    from attnlib.checks import gqa
+
+    for m in gqa._GQA_MISTAKES:
+        v = check_gqa_attention(m.wrong)
+        assert_named(v, m.label)
+        assert v.message.startswith(m.hint), (m.label, v)      # an error's verdict adds what was raised
+    runs = [m for m in gqa._GQA_MISTAKES if m.label != "not-expanded"]   # without expanding, h_kv = 2 raises
+    assert_mistakes_distinct(gqa._gqa_cases()[0], gqa._gqa_reference, runs)
+    for m in gqa._POOL_MISTAKES:
+        how = m.wrong.keywords["how"]
+        v = check_mean_pooled_kv(lambda mha, h_kv, how=how: gqa._pooled(mha, h_kv, how))
+        assert_named(v, m.label)
+        assert v.message == m.hint, (m.label, v)
+    assert_mistakes_distinct(gqa._mean_pool_cases()[0], gqa._pooled_summary, gqa._POOL_MISTAKES)
+
+
+def test_each_variant_with_its_default_switches_is_the_reference():
+    from attnlib.checks import gqa
+
+    assert_accepted(check_gqa_attention(gqa._gqa_variant))
+    assert_accepted(check_mean_pooled_kv(gqa._pooled))

@@ -17,7 +17,7 @@ from attnlib.checks import (
     check_multi_head,
     check_split_heads,
 )
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 
 def future(T):
@@ -244,3 +244,30 @@ def test_parameter_guesses_are_named(guess, label):
     v = check_attention_parameters(guess)
     assert_named(v, label)
     assert f"{guess:,}" in v.message
+
+
+# ---- the tables of mistakes ---------------------------------------------------------------------------
+
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
+    from attnlib.checks import heads
+
+    for check, mistakes, cases, reference in [
+        (check_split_heads, heads._SPLIT_MISTAKES, heads._split_cases(), split_heads),
+        (check_merge_heads, heads._MERGE_MISTAKES, heads._merge_cases(), merge_heads),
+        (check_multi_head, heads._MHA_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
+        (check_fixed_multi_head, heads._FIX_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
+    ]:
+        for m in mistakes:
+            v = check(m.wrong)
+            assert_named(v, m.label)
+            assert v.message == m.hint, (m.label, v)
+        assert_mistakes_distinct(cases[0], reference, mistakes)
+
+
+def test_the_variant_with_its_default_switches_is_the_reference():
+    from attnlib.checks import heads
+    from attnlib.checks._core import _close
+
+    for case in heads._mha_cases():
+        assert _close(heads._mha_variant(*case), heads._multi_head_reference(*case), 1e-5)
+    assert_accepted(check_multi_head(heads._mha_variant))

@@ -314,3 +314,18 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
             assert_named(v, m.label)
             assert v.message == m.hint, (m.label, v)
         assert_mistakes_distinct(cases[0], reference, mistakes)
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks import mask
+    from attnlib.checks._core import _close
+
+    for wrong, cases, reference, atol in [
+        (mask._planted_mask, [(5,), (8,)], mask_solution, 0.0),
+        (mask._planted_weights, mask._scores_cases(), weights_solution, 1e-5),
+        (mask._planted_weights, mask._half_cases(), weights_solution, 3e-3),
+        (mask._planted_padded, mask._padded_cases(), padded_solution, 1e-5),
+    ]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), atol), wrong.__name__

@@ -187,3 +187,15 @@ def test_cross_kv_names_the_shapes_that_came_back():
     verdict = check_cross_kv(narrow_values)
     assert_named(verdict, "shape")
     assert "(5, 4), (5, 4)" in verdict.message and "(5, 4), (5, 2)" in verdict.message
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks import projections as P
+    from attnlib.checks._core import _close
+
+    for wrong, cases, reference in [(P._planted_linear, P._linear_cases(), linear_right),
+                                    (P._planted_split, P._fused_cases(), fused_right),
+                                    (P._planted_kv, P._cross_cases(), cross_right)]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__

@@ -147,3 +147,14 @@ def test_scaled_variance_leaves_the_global_random_state_alone():
     torch.manual_seed(0)
     check_scaled_variance(16)
     assert torch.equal(torch.rand(2), want)
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks import scaling as S
+    from attnlib.checks._core import _close
+
+    for wrong, cases, reference in [(S._planted_scores, S._scores_cases(), scores_right),
+                                    (S._planted_head, S._head_cases(), head_right)]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__

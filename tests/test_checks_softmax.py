@@ -346,3 +346,39 @@ def assert_distinct_on_some_case(cases, reference, mistakes):
         for j in range(i + 1, len(outs)):
             same = [a is not None and b is not None and _close(a, b, 1e-5) for a, b in zip(outs[i], outs[j])]
             assert not all(same), (i, j)
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks import softmax
+    from attnlib.checks._core import _close
+
+    for wrong, cases, reference in [
+        (softmax._planted_softmax, softmax._softmax_cases(), stable),
+        (softmax._planted_attention, softmax._attention_cases(), output_solution),
+        (softmax._planted_jacobian, softmax._jacobian_cases(), jacobian_solution),
+        (softmax._einsum_head, softmax._attention_cases(), output_solution),
+    ]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__
+
+
+def test_no_wrong_jacobian_matches_two_planted_mistakes():
+    """Where two planted mistakes both differ from the answer, they differ from each other: the first one that
+    matches names the learner's mistake, whatever the order of the list."""
+    from attnlib.checks import softmax
+    from attnlib.checks._core import _close
+
+    for case in softmax._jacobian_cases():
+        want = softmax._jacobian_reference(*case)
+        outs = []
+        for m in softmax._JACOBIAN_MISTAKES:
+            try:
+                out = m.wrong(*case)
+            except RuntimeError:
+                continue
+            if not _close(out, want, 1e-5):
+                outs.append((m.label, out))
+        for i, (a, out_a) in enumerate(outs):
+            for b, out_b in outs[i + 1:]:
+                assert not _close(out_a, out_b, 1e-5), (a, b)

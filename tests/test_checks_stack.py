@@ -14,7 +14,7 @@ from attnlib.checks import (
     check_next_token_windows,
     check_run_stack,
 )
-from conftest import assert_accepted, assert_named, stub
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
 
 # --- build_blocks -------------------------------------------------------------------------------------------------
 
@@ -329,3 +329,36 @@ def test_cached_generation_cases_have_clear_greedy_choices():
         top2 = logits.topk(2, dim=-1).values
         assert (top2[:, 0] - top2[:, 1]).min() > 0.1
         assert len(set(seq[0, ids.shape[1]:].tolist())) >= 3      # the choices depend on the context
+
+
+# ---- the tables of mistakes ---------------------------------------------------------------------------
+
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
+    from attnlib.checks import stack
+
+    for check, mistakes, cases, reference in [
+        (check_run_stack, stack._RUN_MISTAKES, [stack._fresh_stack(0)], stack._run),
+        (check_next_token_windows, stack._WINDOWS_MISTAKES, stack._windows_cases(), stack.next_token_windows),
+    ]:
+        for m in mistakes:
+            v = check(m.wrong)
+            assert_named(v, m.label)
+            assert v.message == m.hint, (m.label, v)
+        with torch.no_grad():
+            assert_mistakes_distinct(cases[0], reference, mistakes)
+    assert_mistakes_distinct((3, 16, 4), stack._stack, stack._BUILD_MISTAKES)
+    for m in stack._GEN_VARIANTS:
+        v = check_cached_generation(m.wrong)
+        assert_named(v, m.label)
+        assert v.message == m.hint, (m.label, v)
+    with torch.no_grad():
+        assert_mistakes_distinct((0,), stack._recomputed, stack._GEN_MISTAKES[:-2])   # the last two raise
+
+
+def test_each_variant_with_its_default_switches_is_the_reference():
+    from attnlib.checks import stack
+
+    assert_accepted(check_run_stack(stack._run))
+    assert_accepted(check_next_token_windows(stack._slices))
+    assert_accepted(check_cached_generation(stack._generate_variant))
+    assert stack._stack(3, 16, 4) == stack._summary(nn.ModuleList(Block(16, 4) for _ in range(3)))

@@ -25,7 +25,7 @@ import torch
 from .._validate import _show as _show_value
 from .._validate import boundary
 
-__all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
+__all__ = ["Verdict", "Mistake", "Group", "variants", "Guess", "judge", "judge_number", "checker", "progress"]
 
 # The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
 # so they read correctly in a terminal, JupyterLab and the rendered book alike.
@@ -199,13 +199,50 @@ def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake]) -> Ve
     return Verdict(False, raised, "error")
 
 
-def judge(fn: Callable, cases: Sequence[tuple], reference: Callable, mistakes: Sequence[Mistake] = (), *,
-          success: str = "matches the library on every test input.", atol: float = 1e-5) -> Verdict:
+@dataclass(frozen=True)
+class Group:
+    """Test inputs judged with their own tolerance (float16 cases need a wider one than float32 cases)."""
+
+    cases: Sequence[tuple]
+    atol: float
+
+
+def variants(wrong: Callable, table: Sequence[tuple[str, dict, str]]) -> list[Mistake]:
+    """The mistakes that one planted function makes with its switches: rows of (label, switches, hint).
+
+    ``wrong(*case, **switches)`` computes the wrong answer of each row, so a table reads as a list of mistakes,
+    each with the switch that plants it and the hint that answers it.
+    """
+    return [Mistake(label, hint, functools.partial(wrong, **switches)) for label, switches, hint in table]
+
+
+def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Callable,
+          mistakes: Sequence[Mistake] = (), *, success: str = "matches the library on every test input.",
+          atol: float = 1e-5, diagnose: Callable[[Verdict], Verdict | None] | None = None) -> Verdict:
     """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference.
 
     The learner's function, the reference and each mistake get their own deep copy of ``case``.
-    A tuple result is compared element by element, each element's shape included.
+    A tuple result is compared element by element, each element's shape included. ``cases`` may be groups,
+    each with its own tolerance, judged in turn. ``diagnose(verdict)`` is a second look at a rejected answer
+    (what the table of mistakes cannot say, such as which shapes came back): it returns a better verdict, or
+    None to keep this one; if it fails, this one is kept.
     """
+    groups = cases if cases and all(isinstance(c, Group) for c in cases) else [Group(cases, atol)]
+    verdict = Verdict(True, success)
+    for group in groups:
+        verdict = _judge_cases(fn, group.cases, reference, mistakes, success, group.atol)
+        if not verdict.ok:
+            break
+    if verdict.ok or diagnose is None:
+        return verdict
+    try:
+        return diagnose(verdict) or verdict
+    except Exception:  # noqa: BLE001 - the learner's code ran once already; keep the first verdict
+        return verdict
+
+
+def _judge_cases(fn: Callable, cases: Sequence[tuple], reference: Callable, mistakes: Sequence[Mistake],
+                 success: str, atol: float) -> Verdict:
     if not callable(fn):
         return Verdict(False, f"pass a function, not a {type(fn).__name__}.", "not-callable")
     for case in cases:

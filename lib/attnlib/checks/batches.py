@@ -16,14 +16,10 @@ import torch
 from ..attention import attention_weights, padding_mask, sliding_window_mask
 from ..batches import pad_prompts, position_ids
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_position_ids", "check_nonzero_weights", "check_batched_generation",
            "check_sliding_window_mask", "NONZERO_LENGTHS"]
-
-
-def _g(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -39,8 +35,10 @@ def _pad_cases() -> list[tuple[torch.Tensor]]:
     ]
 
 
-def _real_count(is_pad: torch.Tensor) -> torch.Tensor:
-    return (~is_pad).long().cumsum(-1)
+def _positions(is_pad: torch.Tensor, *, count: str = "real", minus_one: bool = True, clamp: bool = True):
+    """Positions from is_pad with the planted mistakes' switches; the defaults are the correct positions."""
+    n = (~is_pad if count == "real" else is_pad).long().cumsum(-1) - (1 if minus_one else 0)
+    return n.clamp(min=0) if clamp else n
 
 
 _POSITION_MISTAKES = [
@@ -49,17 +47,16 @@ _POSITION_MISTAKES = [
             "left-padded prompt starts at position 2 or 4 instead of 0. Count only the real tokens: a cumulative "
             "sum of ~is_pad.",
             lambda is_pad: torch.arange(is_pad.shape[1]).expand(is_pad.shape).clone()),
-    Mistake("off-by-one",
-            "your first real token is at position 1: the cumulative count of real tokens includes the token "
-            "itself. Subtract 1 (and clamp at 0).",
-            lambda is_pad: _real_count(is_pad)),
-    Mistake("no-clamp",
-            "the real tokens are right, but the pads before them got position -1. An index of -1 silently reads "
-            "the LAST row of a position table (table[-1]); clamp the positions at 0 (.clamp(min=0)).",
-            lambda is_pad: _real_count(is_pad) - 1),
-    Mistake("counted-pads",
-            "you counted the padding tokens (cumsum of is_pad) instead of the real ones (cumsum of ~is_pad).",
-            lambda is_pad: (is_pad.long().cumsum(-1) - 1).clamp(min=0)),
+    *variants(_positions, [
+        ("off-by-one", dict(minus_one=False),
+         "your first real token is at position 1: the cumulative count of real tokens includes the token "
+         "itself. Subtract 1 (and clamp at 0)."),
+        ("no-clamp", dict(clamp=False),
+         "the real tokens are right, but the pads before them got position -1. An index of -1 silently reads "
+         "the LAST row of a position table (table[-1]); clamp the positions at 0 (.clamp(min=0))."),
+        ("counted-pads", dict(count="pads"),
+         "you counted the padding tokens (cumsum of is_pad) instead of the real ones (cumsum of ~is_pad)."),
+    ]),
 ]
 
 
@@ -81,7 +78,7 @@ def _measured_nonzero() -> int:
     prompts = [torch.arange(1, n + 1) for n in NONZERO_LENGTHS]
     _, is_pad = pad_prompts(prompts, 0, side="left")
     B, T = is_pad.shape
-    g = _g(1100)
+    g = _gen(1100)
     Q, K = torch.randn(B, T, 8, generator=g), torch.randn(B, T, 8, generator=g)
     P = attention_weights(Q, K, mask=padding_mask(is_pad)[:, 0])           # (B, T, T)
     return int((P > 0).sum())
@@ -123,8 +120,8 @@ def _generation_cases() -> list[tuple]:
         with torch.no_grad():   # a larger init: logits far from uniform, no near-ties
             for p in model.parameters():
                 if p.dim() == 2:
-                    p.normal_(0, 0.3, generator=_g(seed + p.numel()))
-        g = _g(seed)
+                    p.normal_(0, 0.3, generator=_gen(seed + p.numel()))
+        g = _gen(seed)
         ids, is_pad = pad_prompts([torch.randint(1, 19, (n,), generator=g) for n in lengths], 0, side="left")
         cases.append((model, ids, is_pad, 4))
     return cases
@@ -145,25 +142,21 @@ def _greedy(model, ids, is_pad, n_new, *, new_flag=False, extend=True, prepend=F
     return ids
 
 
-_GENERATION_MISTAKES = [
-    Mistake("new-as-padding",
-            "the new tokens are marked as padding (True in is_pad), so no later step reads them and their "
-            "positions stop counting. In is_pad, True means padding; a generated token is real: append False "
-            "(torch.zeros_like(nxt, dtype=torch.bool)). An attention_mask with 1 = real is the opposite "
-            "convention.",
-            lambda *a: _greedy(*a, new_flag=True)),
-    Mistake("not-extended",
-            "is_pad must grow with ids: after appending a token, append one column to is_pad as well.",
-            lambda *a: _greedy(*a, extend=False)),
-    Mistake("prepended",
-            "the new column went to the front of is_pad, which shifts every padding flag one place to the "
-            "right; append it at the end, where the new token is.",
-            lambda *a: _greedy(*a, prepend=True)),
-    Mistake("no-padding",
-            "the model is called without is_pad, so the real tokens read the padding and count positions from "
-            "column 0. Pass is_pad=is_pad.",
-            lambda *a: _greedy(*a, use_pad=False)),
-]
+_GENERATION_MISTAKES = variants(_greedy, [
+    ("new-as-padding", dict(new_flag=True),
+     "the new tokens are marked as padding (True in is_pad), so no later step reads them and their "
+     "positions stop counting. In is_pad, True means padding; a generated token is real: append False "
+     "(torch.zeros_like(nxt, dtype=torch.bool)). An attention_mask with 1 = real is the opposite "
+     "convention."),
+    ("not-extended", dict(extend=False),
+     "is_pad must grow with ids: after appending a token, append one column to is_pad as well."),
+    ("prepended", dict(prepend=True),
+     "the new column went to the front of is_pad, which shifts every padding flag one place to the "
+     "right; append it at the end, where the new token is."),
+    ("no-padding", dict(use_pad=False),
+     "the model is called without is_pad, so the real tokens read the padding and count positions from "
+     "column 0. Pass is_pad=is_pad."),
+])
 
 
 @checker
@@ -181,29 +174,28 @@ def _window_cases() -> list[tuple[int, int]]:
     return [(7, 3), (6, 1), (5, 8)]
 
 
-def _band(T: int, lo: int, hi: int) -> torch.Tensor:
-    """True where lo ≤ i − j ≤ hi."""
-    d = torch.arange(T)[:, None] - torch.arange(T)[None, :]
-    return (d >= lo) & (d <= hi)
+def _window(T: int, window: int, *, keys: int = 0, limited: bool = True, causal: bool = True):
+    """The band of keys query i reads, i − window < j ≤ i, with ``keys`` more (or fewer) keys per query, no
+    lower end (``limited=False``) or no upper end (``causal=False``, the band mirrored into the future)."""
+    d = torch.arange(T)[:, None] - torch.arange(T)[None, :]       # i − j
+    hi = window - 1 + keys if limited else T
+    return (d >= (0 if causal else -hi)) & (d <= hi)
 
 
-_WINDOW_MISTAKES = [
-    Mistake("window-plus-one",
-            "each query reads window + 1 keys: with j ≥ i − window the key i − window is one too many. The "
-            "window holds the query itself and the window − 1 keys before it: i − window < j ≤ i.",
-            lambda T, w: _band(T, 0, w)),
-    Mistake("window-minus-one",
-            "each query reads only window − 1 keys. The window holds the query itself and the window − 1 keys "
-            "before it: i − window < j ≤ i.",
-            lambda T, w: _band(T, 0, w - 2)),
-    Mistake("no-window",
-            "that is the plain causal mask (the whole lower triangle): keys older than the window are still "
-            "read. Also block j ≤ i − window.",
-            lambda T, w: _band(T, 0, T)),
-    Mistake("no-causal",
-            "your window reaches into the future: |i − j| < window lets query i read keys j > i. Keep the "
-            "causal condition j ≤ i as well.",
-            lambda T, w: _band(T, -(w - 1), w - 1)),
+_WINDOW_MISTAKES = variants(_window, [
+    ("window-plus-one", dict(keys=1),
+     "each query reads window + 1 keys: with j ≥ i − window the key i − window is one too many. The "
+     "window holds the query itself and the window − 1 keys before it: i − window < j ≤ i."),
+    ("window-minus-one", dict(keys=-1),
+     "each query reads only window − 1 keys. The window holds the query itself and the window − 1 keys "
+     "before it: i − window < j ≤ i."),
+    ("no-window", dict(limited=False),
+     "that is the plain causal mask (the whole lower triangle): keys older than the window are still "
+     "read. Also block j ≤ i − window."),
+    ("no-causal", dict(causal=False),
+     "your window reaches into the future: |i − j| < window lets query i read keys j > i. Keep the "
+     "causal condition j ≤ i as well."),
+]) + [
     Mistake("inverted",
             "your mask is True where a key is blocked. Here, as in scaled_dot_product_attention, True means "
             "'may attend'.",

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..block import MLP, Block
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_layer_norm", "check_mlp", "check_pre_norm_block", "check_mlp_flops", "check_rms_norm"]
 
@@ -45,38 +45,38 @@ def _layer_norm(X, gamma, beta):
     return F.layer_norm(X, X.shape[-1:], gamma, beta, EPS)
 
 
-def _ln_over(X, gamma, beta, dim: int = -1, unbiased: bool = False, eps_where: str = "inside"):
+def _ln_variant(X, gamma, beta, *, dim=-1, unbiased=False, eps="inside", center=True, affine=True):
+    """LayerNorm written out; every switch's default is right, any other value plants a mistake.
+
+    ``dim``: the axis normalised. ``unbiased``: divide the variance by n − 1. ``eps``: "inside" √(var + ε),
+    "none" or "outside" (√var + ε). ``center``: subtract the mean. ``affine``: scale by gamma, shift by beta.
+    """
     mu = X.mean(dim, keepdim=True)
     var = X.var(dim, keepdim=True, unbiased=unbiased)
-    spread = {"inside": torch.sqrt(var + EPS), "none": torch.sqrt(var), "outside": torch.sqrt(var) + EPS}[eps_where]
-    return (X - mu) / spread * gamma + beta
+    spread = {"inside": torch.sqrt(var + EPS), "none": torch.sqrt(var), "outside": torch.sqrt(var) + EPS}[eps]
+    Y = ((X - mu) if center else X) / spread
+    return Y * gamma + beta if affine else Y
 
 
-_LN_MISTAKES = [
-    Mistake("wrong-axis",
-            "you normalised over the positions (axis T). LayerNorm normalises each token's own vector: take the "
-            "mean and variance over the last axis, d_model (dim=-1, keepdim=True).",
-            lambda X, gamma, beta: _ln_over(X, gamma, beta, dim=-2)),
-    Mistake("unbiased-variance",
-            "you used the unbiased variance (dividing by d_model − 1). LayerNorm divides by d_model: use "
-            "X.var(-1, unbiased=False, keepdim=True) or ((X - mu)**2).mean(-1, keepdim=True).",
-            lambda X, gamma, beta: _ln_over(X, gamma, beta, unbiased=True)),
-    Mistake("no-eps",
-            "ε is missing. On a row whose variance is tiny (one test row has variance ≈ 4e-6) dividing by √var "
-            "blows the row up; divide by √(var + ε) with ε = 1e-5.",
-            lambda X, gamma, beta: _ln_over(X, gamma, beta, eps_where="none")),
-    Mistake("eps-outside-sqrt",
-            "ε belongs inside the square root: (X − mean) / √(var + ε), not / (√var + ε). The two differ on a "
-            "row of tiny variance, like one of the test rows.",
-            lambda X, gamma, beta: _ln_over(X, gamma, beta, eps_where="outside")),
-    Mistake("no-gamma-beta",
-            "each row is normalised, but the learned scale and shift are missing: multiply by gamma and add "
-            "beta at the end.",
-            lambda X, gamma, beta: F.layer_norm(X, X.shape[-1:], eps=EPS)),
-    Mistake("no-centering",
-            "you divided by the standard deviation but did not subtract the mean first: (X − mean) / √(var + ε).",
-            lambda X, gamma, beta: X / torch.sqrt(X.var(-1, keepdim=True, unbiased=False) + EPS) * gamma + beta),
-]
+_LN_MISTAKES = variants(_ln_variant, [
+    ("wrong-axis", dict(dim=-2),
+     "you normalised over the positions (axis T). LayerNorm normalises each token's own vector: take the "
+     "mean and variance over the last axis, d_model (dim=-1, keepdim=True)."),
+    ("unbiased-variance", dict(unbiased=True),
+     "you used the unbiased variance (dividing by d_model − 1). LayerNorm divides by d_model: use "
+     "X.var(-1, unbiased=False, keepdim=True) or ((X - mu)**2).mean(-1, keepdim=True)."),
+    ("no-eps", dict(eps="none"),
+     "ε is missing. On a row whose variance is tiny (one test row has variance ≈ 4e-6) dividing by √var "
+     "blows the row up; divide by √(var + ε) with ε = 1e-5."),
+    ("eps-outside-sqrt", dict(eps="outside"),
+     "ε belongs inside the square root: (X − mean) / √(var + ε), not / (√var + ε). The two differ on a "
+     "row of tiny variance, like one of the test rows."),
+    ("no-gamma-beta", dict(affine=False),
+     "each row is normalised, but the learned scale and shift are missing: multiply by gamma and add "
+     "beta at the end."),
+    ("no-centering", dict(center=False),
+     "you divided by the standard deviation but did not subtract the mean first: (X − mean) / √(var + ε)."),
+])
 
 
 @checker
@@ -104,28 +104,36 @@ def _mlp(X, W_1, b_1, W_2, b_2):
     return F.gelu(X @ W_1 + b_1) @ W_2 + b_2
 
 
-_MLP_MISTAKES = [
-    Mistake("relu",
-            "you used ReLU. This course's MLP (like GPT-2's) uses GELU: F.gelu(...).",
-            lambda X, W_1, b_1, W_2, b_2: F.relu(X @ W_1 + b_1) @ W_2 + b_2),
-    Mistake("no-activation",
-            "there is no activation between the two products, so the MLP collapses into one linear map. Apply "
-            "F.gelu to the (B, T, d_ff) hidden layer.",
-            lambda X, W_1, b_1, W_2, b_2: (X @ W_1 + b_1) @ W_2 + b_2),
-    Mistake("activation-last",
-            "GELU belongs on the wide hidden layer (after W_1, before W_2), not on the output.",
-            lambda X, W_1, b_1, W_2, b_2: F.gelu((X @ W_1 + b_1) @ W_2 + b_2)),
-    Mistake("tanh-gelu",
-            "you used the tanh approximation of GELU. It is close, but the library and torch's default use the "
-            "exact form: call F.gelu(x) without approximate='tanh'.",
-            lambda X, W_1, b_1, W_2, b_2: F.gelu(X @ W_1 + b_1, approximate="tanh") @ W_2 + b_2),
-    Mistake("no-bias",
-            "b_1 is missing: the hidden layer is GELU(X W_1 + b_1), with the bias added before the activation.",
-            lambda X, W_1, b_1, W_2, b_2: F.gelu(X @ W_1) @ W_2 + b_2),
-    Mistake("no-bias",
-            "b_2 is missing: add it after the second product, GELU(X W_1 + b_1) W_2 + b_2.",
-            lambda X, W_1, b_1, W_2, b_2: F.gelu(X @ W_1 + b_1) @ W_2),
-]
+def _mlp_variant(X, W_1, b_1, W_2, b_2, *, act="gelu", act_last=False, bias_1=True, bias_2=True):
+    """The MLP written out; every switch's default is right, any other value plants a mistake.
+
+    ``act``: "gelu", "tanh-gelu", "relu" or "none". ``act_last``: apply it to the output instead of the hidden
+    layer. ``bias_1``, ``bias_2``: add b_1, b_2.
+    """
+    f = {"gelu": F.gelu, "tanh-gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
+         "none": lambda t: t}[act]
+    hidden = X @ W_1 + b_1 if bias_1 else X @ W_1
+    out = (hidden if act_last else f(hidden)) @ W_2
+    out = out + b_2 if bias_2 else out
+    return f(out) if act_last else out
+
+
+_MLP_MISTAKES = variants(_mlp_variant, [
+    ("relu", dict(act="relu"),
+     "you used ReLU. This course's MLP (like GPT-2's) uses GELU: F.gelu(...)."),
+    ("no-activation", dict(act="none"),
+     "there is no activation between the two products, so the MLP collapses into one linear map. Apply "
+     "F.gelu to the (B, T, d_ff) hidden layer."),
+    ("activation-last", dict(act_last=True),
+     "GELU belongs on the wide hidden layer (after W_1, before W_2), not on the output."),
+    ("tanh-gelu", dict(act="tanh-gelu"),
+     "you used the tanh approximation of GELU. It is close, but the library and torch's default use the "
+     "exact form: call F.gelu(x) without approximate='tanh'."),
+    ("no-bias", dict(bias_1=False),
+     "b_1 is missing: the hidden layer is GELU(X W_1 + b_1), with the bias added before the activation."),
+    ("no-bias", dict(bias_2=False),
+     "b_2 is missing: add it after the second product, GELU(X W_1 + b_1) W_2 + b_2."),
+])
 
 
 @checker
@@ -153,28 +161,40 @@ def _fresh_block(i: int):
     return X, block
 
 
+def _pre_norm_variant(X, b, *, residual_1="X", mlp_reads="H", residual_2=True, swap_norms=False):
+    """A Pre-Norm block written out from b's parts; every switch's default is right, any other value plants a
+    mistake.
+
+    ``residual_1``: what attention's output is added to: "X", "LN₁(X)" or "nothing". ``mlp_reads``: the MLP
+    normalises "H" or "X". ``residual_2``: add the MLP's output to H. ``swap_norms``: ln_2 before attention and
+    ln_1 before the MLP.
+    """
+    ln_1, ln_2 = (b.ln_2, b.ln_1) if swap_norms else (b.ln_1, b.ln_2)
+    A = b.attn(ln_1(X))
+    H = {"X": X + A, "LN₁(X)": ln_1(X) + A, "nothing": A}[residual_1]
+    M = b.mlp(ln_2(H if mlp_reads == "H" else X))
+    return H + M if residual_2 else M
+
+
 _PRE_MISTAKES = [
-    Mistake("mlp-from-X",
-            "your MLP reads LN₂(X). It must read the middle residual stream H = X + Attention(LN₁(X)), so "
-            "that it sees what attention brought in: X_next = H + MLP(LN₂(H)).",
-            lambda X, b: X + b.attn(b.ln_1(X)) + b.mlp(b.ln_2(X))),
+    *variants(_pre_norm_variant, [
+        ("mlp-from-X", dict(mlp_reads="X"),
+         "your MLP reads LN₂(X). It must read the middle residual stream H = X + Attention(LN₁(X)), so "
+         "that it sees what attention brought in: X_next = H + MLP(LN₂(H))."),
+        ("no-residual-attn", dict(residual_1="nothing"),
+         "the first residual addition is missing: H = X + Attention(LN₁(X)), not Attention(LN₁(X))."),
+        ("no-residual-mlp", dict(residual_2=False),
+         "the second residual addition is missing: X_next = H + MLP(LN₂(H)), not MLP(LN₂(H))."),
+        ("norms-swapped", dict(swap_norms=True),
+         "ln_1 belongs before attention and ln_2 before the MLP; you swapped them."),
+        ("residual-normed", dict(residual_1="LN₁(X)"),
+         "you added the sublayer's output to the normalised stream (H = LN₁(X) + Attention(LN₁(X))). The "
+         "residual path carries X itself: H = X + Attention(LN₁(X))."),
+    ]),
     Mistake("post-norm",
             "that is the Post-Norm order (LayerNorm after each residual addition). Pre-Norm normalises the "
             "input of each sublayer and adds the sublayer's output to the un-normalised stream.",
             lambda X, b: b.ln_2((H := b.ln_1(X + b.attn(X))) + b.mlp(H))),
-    Mistake("no-residual-attn",
-            "the first residual addition is missing: H = X + Attention(LN₁(X)), not Attention(LN₁(X)).",
-            lambda X, b: (A := b.attn(b.ln_1(X))) + b.mlp(b.ln_2(A))),
-    Mistake("no-residual-mlp",
-            "the second residual addition is missing: X_next = H + MLP(LN₂(H)), not MLP(LN₂(H)).",
-            lambda X, b: b.mlp(b.ln_2(X + b.attn(b.ln_1(X))))),
-    Mistake("norms-swapped",
-            "ln_1 belongs before attention and ln_2 before the MLP; you swapped them.",
-            lambda X, b: (H := X + b.attn(b.ln_2(X))) + b.mlp(b.ln_1(H))),
-    Mistake("residual-normed",
-            "you added the sublayer's output to the normalised stream (H = LN₁(X) + Attention(LN₁(X))). The "
-            "residual path carries X itself: H = X + Attention(LN₁(X)).",
-            lambda X, b: (H := b.ln_1(X) + b.attn(b.ln_1(X))) + b.mlp(b.ln_2(H))),
 ]
 
 
@@ -221,40 +241,41 @@ def _rms_norm(X, gamma):
     return F.rms_norm(X, X.shape[-1:], gamma, eps=EPS)
 
 
-def _rms_variant(X, gamma, *, center=False, eps_where="inside", mean=True, dim=-1):
+def _rms_variant(X, gamma, *, center=False, divide_by="rms", eps="inside", mean=True, dim=-1, scale=True):
+    """RMSNorm written out; every switch's default is right, any other value plants a mistake.
+
+    ``center``: subtract the mean first. ``divide_by``: "rms" or "std" (the spread about the mean). ``eps``:
+    "inside" √(… + ε), "none" or "outside". ``mean``: the mean of the squares, or their sum. ``dim``: the axis
+    normalised. ``scale``: multiply by gamma.
+    """
     if center:
         X = X - X.mean(dim, keepdim=True)
     ms = (X * X).mean(dim, keepdim=True) if mean else (X * X).sum(dim, keepdim=True)
-    spread = {"inside": torch.sqrt(ms + EPS), "none": torch.sqrt(ms), "outside": torch.sqrt(ms) + EPS}[eps_where]
-    return X / spread * gamma
+    if divide_by == "std":
+        ms = X.var(dim, keepdim=True, unbiased=False)
+    spread = {"inside": torch.sqrt(ms + EPS), "none": torch.sqrt(ms), "outside": torch.sqrt(ms) + EPS}[eps]
+    return X / spread * gamma if scale else X / spread
 
 
-_RMS_MISTAKES = [
-    Mistake("centered",
-            "you subtracted the mean: that is LayerNorm without β. RMSNorm skips the centring and divides x "
-            "itself by its root mean square √(mean(x²) + ε).",
-            lambda X, gamma: _rms_variant(X, gamma, center=True)),
-    Mistake("std-not-rms",
-            "you divided by the standard deviation √(var + ε). RMSNorm divides by the root mean square "
-            "√(mean(x²) + ε), which includes the mean: use (X * X).mean(-1, keepdim=True).",
-            lambda X, gamma: X / torch.sqrt(X.var(-1, keepdim=True, unbiased=False) + EPS) * gamma),
-    Mistake("no-eps",
-            "ε is missing. One test row is tiny (root mean square ≈ 2e-3): divide by √(mean(x²) + ε), ε = 1e-5.",
-            lambda X, gamma: _rms_variant(X, gamma, eps_where="none")),
-    Mistake("eps-outside-sqrt",
-            "ε belongs inside the square root: x / √(mean(x²) + ε), not x / (√mean(x²) + ε).",
-            lambda X, gamma: _rms_variant(X, gamma, eps_where="outside")),
-    Mistake("sum-not-mean",
-            "you summed the squares over d_model; RMSNorm takes their mean (divide by d_model).",
-            lambda X, gamma: _rms_variant(X, gamma, mean=False)),
-    Mistake("no-gamma",
-            "each row is normalised, but the learned scale γ is missing: multiply by gamma at the end.",
-            lambda X, gamma: _rms_variant(X, torch.ones_like(gamma))),
-    Mistake("wrong-axis",
-            "you normalised over the positions (axis T). Like LayerNorm, RMSNorm works on each token's own "
-            "vector: the mean of x² runs over the last axis, d_model.",
-            lambda X, gamma: _rms_variant(X, gamma, dim=-2)),
-]
+_RMS_MISTAKES = variants(_rms_variant, [
+    ("centered", dict(center=True),
+     "you subtracted the mean: that is LayerNorm without β. RMSNorm skips the centring and divides x "
+     "itself by its root mean square √(mean(x²) + ε)."),
+    ("std-not-rms", dict(divide_by="std"),
+     "you divided by the standard deviation √(var + ε). RMSNorm divides by the root mean square "
+     "√(mean(x²) + ε), which includes the mean: use (X * X).mean(-1, keepdim=True)."),
+    ("no-eps", dict(eps="none"),
+     "ε is missing. One test row is tiny (root mean square ≈ 2e-3): divide by √(mean(x²) + ε), ε = 1e-5."),
+    ("eps-outside-sqrt", dict(eps="outside"),
+     "ε belongs inside the square root: x / √(mean(x²) + ε), not x / (√mean(x²) + ε)."),
+    ("sum-not-mean", dict(mean=False),
+     "you summed the squares over d_model; RMSNorm takes their mean (divide by d_model)."),
+    ("no-gamma", dict(scale=False),
+     "each row is normalised, but the learned scale γ is missing: multiply by gamma at the end."),
+    ("wrong-axis", dict(dim=-2),
+     "you normalised over the positions (axis T). Like LayerNorm, RMSNorm works on each token's own "
+     "vector: the mean of x² runs over the last axis, d_model."),
+])
 
 
 def _rms_cases():

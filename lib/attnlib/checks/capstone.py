@@ -17,7 +17,7 @@ from torch import nn
 
 from .._validate import _integer, boundary
 from ..attention import attention
-from ._core import Mistake, Verdict, checker, judge
+from ._core import Mistake, Verdict, _gen, checker, judge, variants
 
 __all__ = [
     "check_fixed_sublayer", "check_cached_attention", "buggy_sublayer", "buggy_cached_attention",
@@ -144,24 +144,21 @@ def _combination_mistake(bugs: tuple[int, ...]) -> Mistake:
 _SUBLAYER_MISTAKES = [
     _combination_mistake(bugs)
     for n in range(len(_BUGS), 0, -1) for bugs in itertools.combinations(sorted(_BUGS), n)
-] + [
-    Mistake("q1-all-from-x",
-            "Q, K and V now all read X, so they agree with each other but skip LN₁. In a Pre-Norm block the "
-            "attention reads the normalised input: Xn = ln_1(X), and Q, K, V all come from Xn.",
-            lambda *a: _sublayer(*a, kv_source="all-x")),
-    Mistake("keys-on-rows",
-            "S = K Qᵀ puts the keys on the rows. The rows of the score table are queries: S = Q Kᵀ, so that "
-            "S[i, j] = q_i · k_j and the mask removes the upper triangle.",
-            lambda *a: _sublayer(*a, keys_on_rows=True)),
-    Mistake("no-scale",
-            "the scaling is gone: divide the scores by math.sqrt(d_k) before the mask and softmax.",
-            lambda *a: _sublayer(*a, scale=False)),
-]
+] + variants(_sublayer, [
+    ("q1-all-from-x", dict(kv_source="all-x"),
+     "Q, K and V now all read X, so they agree with each other but skip LN₁. In a Pre-Norm block the "
+     "attention reads the normalised input: Xn = ln_1(X), and Q, K, V all come from Xn."),
+    ("keys-on-rows", dict(keys_on_rows=True),
+     "S = K Qᵀ puts the keys on the rows. The rows of the score table are queries: S = Q Kᵀ, so that "
+     "S[i, j] = q_i · k_j and the mask removes the upper triangle."),
+    ("no-scale", dict(scale=False),
+     "the scaling is gone: divide the scores by math.sqrt(d_k) before the mask and softmax."),
+])
 
 
 def _sublayer_cases() -> list[tuple]:
     """Fresh inputs on every call: X far from normalised, an ln_1 whose scale and shift are not 1 and 0."""
-    g = torch.Generator().manual_seed(2017)
+    g = _gen(2017)
     cases = []
     for shape, d_k, d_v in (((6, 8), 4, 4), ((2, 5, 8), 4, 3)):   # d_k = d_v lets P @ K run silently
         X = 2.0 * torch.randn(*shape, generator=g) + 0.5
@@ -209,33 +206,28 @@ def _cached_reference(X_new, K_past, V_past, W_Q, W_K, W_V):
     return attention(X_new @ W_Q, K, V)          # the library's mask puts the queries at the last positions
 
 
-_CACHED_MISTAKES = [
-    Mistake("square-mask",
-            "the mask ignores the cache. triu(1) on the (T_new, T_past + T_new) table treats new query i as "
-            "position i, so it cannot see most of the past. With a cache the rows are the LAST T_new positions: "
-            "query i stands at position T_past + i and may read every key j ≤ T_past + i, so the future starts "
-            "at triu(1 + T_k - T_q).",
-            lambda *a: _cached(*a, mask="square")),
-    Mistake("no-mask",
-            "there is no mask any more. One new token may indeed read every key, but with several new positions "
-            "the earlier ones must not read the later ones: mask the keys j > T_past + i, i.e. "
-            "triu(1 + T_k - T_q).",
-            lambda *a: _cached(*a, mask="none")),
-    Mistake("no-new-kv",
-            "the new positions read only the cached K and V. Their own keys and values belong in the table too "
-            "(question 1): append X_new @ W_K and X_new @ W_V to the cache before scoring.",
-            lambda *a: _cached(*a, new_kv=False)),
-    Mistake("mask-after-softmax",
-            "the future is zeroed after softmax, so the rows no longer sum to 1: mask the scores with -inf first.",
-            lambda *a: _cached(*a, mask_after=True)),
-    Mistake("weights-times-K",
-            "the weights multiply K; they must average the values: return P @ V.",
-            lambda *a: _cached(*a, times_K=True)),
-]
+_CACHED_MISTAKES = variants(_cached, [
+    ("square-mask", dict(mask="square"),
+     "the mask ignores the cache. triu(1) on the (T_new, T_past + T_new) table treats new query i as "
+     "position i, so it cannot see most of the past. With a cache the rows are the LAST T_new positions: "
+     "query i stands at position T_past + i and may read every key j ≤ T_past + i, so the future starts "
+     "at triu(1 + T_k - T_q)."),
+    ("no-mask", dict(mask="none"),
+     "there is no mask any more. One new token may indeed read every key, but with several new positions "
+     "the earlier ones must not read the later ones: mask the keys j > T_past + i, i.e. "
+     "triu(1 + T_k - T_q)."),
+    ("no-new-kv", dict(new_kv=False),
+     "the new positions read only the cached K and V. Their own keys and values belong in the table too "
+     "(question 1): append X_new @ W_K and X_new @ W_V to the cache before scoring."),
+    ("mask-after-softmax", dict(mask_after=True),
+     "the future is zeroed after softmax, so the rows no longer sum to 1: mask the scores with -inf first."),
+    ("weights-times-K", dict(times_K=True),
+     "the weights multiply K; they must average the values: return P @ V."),
+])
 
 
 def _cached_cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(2024)
+    g = _gen(2024)
     cases = []
     # one new token after 4 cached ones (the generation step), then 3 new ones after 3 (a prompt in two pieces)
     for lead, T_past, T_new, d_k, d_v in (((), 4, 1, 4, 4), ((2,), 3, 3, 4, 3)):

@@ -15,7 +15,7 @@ import torch
 from ..costs import activation_elements, count_flops, model_flops
 from ..heads import KVCache
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_kv_cache_bytes", "check_cached_step_flops", "GPT2_SMALL"]
 
@@ -32,7 +32,7 @@ def _kv_cache_bytes(L: int, T: int, d_model: int, h: int, dtype: torch.dtype, B:
 
 def _measured_cache_bytes(L: int, T: int, d_model: int, h: int, dtype: torch.dtype) -> int:
     """Bytes of the K and V the library's GPT caches while it reads T tokens (a small model, so it is quick)."""
-    g = torch.Generator().manual_seed(0)
+    g = _gen(0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GPT(16, d_model, h, L, max_T=T).to(dtype).eval()
@@ -86,7 +86,7 @@ def _measured_step_flops(T_past, d_model, h, L, vocab_size):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GPT(vocab_size, d_model, h, L, max_T=T_past + 1, backend="plain").eval()
-    ids = torch.randint(0, vocab_size, (1, T_past + 1), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, vocab_size, (1, T_past + 1), generator=_gen(0))
     caches = [KVCache() for _ in model.blocks]
     if T_past:
         with torch.no_grad():
@@ -94,11 +94,12 @@ def _measured_step_flops(T_past, d_model, h, L, vocab_size):
     return torch.tensor(float(count_flops(lambda: model(ids[:, T_past:], caches))))
 
 
-def _step(T_past, d_model, h, L, vocab_size, *, keys=None, layers=None, head=True, mlp=True, heads=1,
-          power=1):
-    keys = T_past + 1 if keys is None else keys
-    block = 8 * d_model**2 + heads * 4 * keys**power * d_model + (16 * d_model**2 if mlp else 0)
-    n = (L if layers is None else layers) * block + (2 * d_model * vocab_size if head else 0)
+def _step(T_past, d_model, h, L, vocab_size, *, own_key=True, power=1, times_h=False, all_layers=True,
+          mlp=True, head=True):
+    """The FLOPs of one cached step with the planted mistakes' switches; the defaults count it right."""
+    keys = T_past + 1 if own_key else T_past
+    block = 8 * d_model**2 + (h if times_h else 1) * 4 * keys**power * d_model + (16 * d_model**2 if mlp else 0)
+    n = (L if all_layers else 1) * block + (2 * d_model * vocab_size if head else 0)
     return torch.tensor(float(n))
 
 
@@ -108,30 +109,26 @@ _STEP_MISTAKES = [
             "the new token goes through W_QKV, W_O, the MLP and the head; only its scores against the "
             "T_past + 1 keys (and weights · V) depend on T_past.",
             lambda t, d, h, L, V: torch.tensor(float(model_flops(1, t + 1, d, h, L, V)["model"]))),
-    Mistake("own-key",
-            "the new token reads T_past + 1 keys, its own included, not T_past: scores and weights · V cost "
-            "2·(T_past + 1)·d_model each.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, keys=t)),
-    Mistake("quadratic",
-            "one new query row against T_past + 1 keys costs 2·(T_past + 1)·d_model for the scores: linear in "
-            "the past, not (T_past + 1)². The T² of a full forward pass comes from T query rows.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, power=2)),
-    Mistake("times-h",
-            "the heads split d_model into h slices of d_head, so all heads together cost what one head of "
-            "width d_model would: do not multiply the attention part by h.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, heads=h)),
-    Mistake("one-layer",
-            "that is one block plus the head. Each of the L blocks does the same work for the new token: "
-            "L × the block's FLOPs.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, layers=1)),
-    Mistake("no-head",
-            "the output head is missing: the new token's X_L row times the (d_model, vocab_size) head costs "
-            "2·d_model·vocab_size.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, head=False)),
-    Mistake("no-mlp",
-            "the MLP is missing: (1, d_model) @ (d_model, d_ff) and back cost 4·d_model·d_ff = 16·d_model² for "
-            "d_ff = 4·d_model.",
-            lambda t, d, h, L, V: _step(t, d, h, L, V, mlp=False)),
+    *variants(_step, [
+        ("own-key", dict(own_key=False),
+         "the new token reads T_past + 1 keys, its own included, not T_past: scores and weights · V cost "
+         "2·(T_past + 1)·d_model each."),
+        ("quadratic", dict(power=2),
+         "one new query row against T_past + 1 keys costs 2·(T_past + 1)·d_model for the scores: linear in "
+         "the past, not (T_past + 1)². The T² of a full forward pass comes from T query rows."),
+        ("times-h", dict(times_h=True),
+         "the heads split d_model into h slices of d_head, so all heads together cost what one head of "
+         "width d_model would: do not multiply the attention part by h."),
+        ("one-layer", dict(all_layers=False),
+         "that is one block plus the head. Each of the L blocks does the same work for the new token: "
+         "L × the block's FLOPs."),
+        ("no-head", dict(head=False),
+         "the output head is missing: the new token's X_L row times the (d_model, vocab_size) head costs "
+         "2·d_model·vocab_size."),
+        ("no-mlp", dict(mlp=False),
+         "the MLP is missing: (1, d_model) @ (d_model, d_ff) and back cost 4·d_model·d_ff = 16·d_model² for "
+         "d_ff = 4·d_model."),
+    ]),
 ]
 
 

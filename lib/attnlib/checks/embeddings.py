@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..position import rope_angles, sinusoidal_positions
-from ._core import Mistake, Verdict, _gen, checker, judge
+from ._core import Mistake, Verdict, _gen, checker, judge, variants
 
 __all__ = ["check_embed", "check_sinusoidal", "check_rotate_pairs", "check_embed_with_positions"]
 
@@ -59,7 +59,8 @@ def check_embed(fn) -> Verdict:
 # ------------------------------------------------------------------------------------------------
 # Sinusoidal positions: PE[t, 2i] = sin(t / 10000^(2i/d_model)), PE[t, 2i+1] = cos(same).
 
-def _sinusoid(T, d, swap=False, freq_step=2, sign=-1):
+def _sinusoid(T, d, *, swap=False, freq_step=2, sign=-1):
+    """PE with a planted slip; the defaults compute PE itself."""
     t = torch.arange(T, dtype=torch.float32)[:, None]
     i = torch.arange(0, d, 2, dtype=torch.float32)
     freq = 10000.0 ** (sign * (i if freq_step == 2 else i / 2) / d)
@@ -69,14 +70,16 @@ def _sinusoid(T, d, swap=False, freq_step=2, sign=-1):
     return PE
 
 
-_SINUSOID_MISTAKES = [
-    Mistake("sin-cos-swapped", "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos.",
-            lambda T, d: _sinusoid(T, d, swap=True)),
-    Mistake("exponent-i", "the frequency exponent uses the pair index i where it needs the column index 2i: "
-            "freq = 10000 ** (-2i / d_model).", lambda T, d: _sinusoid(T, d, freq_step=1)),
-    Mistake("exponent-sign", "the frequencies grow instead of shrink: divide the position by 10000^(2i/d_model), "
-            "i.e. multiply by 10000 ** (-2i / d_model).", lambda T, d: _sinusoid(T, d, sign=1)),
-]
+_SINUSOID_MISTAKES = variants(_sinusoid, [
+    ("sin-cos-swapped", {"swap": True},
+     "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos."),
+    ("exponent-i", {"freq_step": 1},
+     "the frequency exponent uses the pair index i where it needs the column index 2i: "
+     "freq = 10000 ** (-2i / d_model)."),
+    ("exponent-sign", {"sign": 1},
+     "the frequencies grow instead of shrink: divide the position by 10000^(2i/d_model), "
+     "i.e. multiply by 10000 ** (-2i / d_model)."),
+])
 
 
 @checker
@@ -90,7 +93,11 @@ def check_sinusoidal(fn) -> Verdict:
 # ------------------------------------------------------------------------------------------------
 # Rotating neighbouring pairs by given angles (the core of RoPE).
 
-def _rotate(x, theta, sign=1, halves=False):
+def _rotate(x, theta, *, sign=1, halves=False, own_angles=None):
+    """x with each pair rotated by theta, or with a planted slip; the defaults compute the rotation itself.
+    ``own_angles`` ignores theta and computes RoPE's angles ("2i/d") or angles with the exponent "i/d"."""
+    if own_angles is not None:
+        theta = _own_angles(x, pair_index=own_angles == "i/d")
     theta = theta.to(x.dtype)
     c, s = theta.cos(), sign * theta.sin()
     if halves:
@@ -125,17 +132,20 @@ def _rotate_cases() -> list[tuple]:
 _ROTATE_MISTAKES = [
     Mistake("identity", "the pairs came back unrotated. Rotate each pair (a, b) = (x[..., 2i], x[..., 2i+1]) by "
             "its angle θ = theta[t, i]: (a·cosθ − b·sinθ, a·sinθ + b·cosθ).", lambda x, th: x.clone()),
-    Mistake("wrong-direction", "you rotate by −θ: the new pair is (a·cosθ − b·sinθ, a·sinθ + b·cosθ).",
-            lambda x, th: _rotate(x, th, sign=-1)),
-    Mistake("halves", "you paired the first half with the second half. This course pairs neighbours: "
-            "(x[0], x[1]), (x[2], x[3]), … i.e. x[..., 0::2] with x[..., 1::2].",
-            lambda x, th: _rotate(x, th, halves=True)),
-    Mistake("ignores-theta", "you computed RoPE's angles yourself (rope_angles / apply_rope) instead of using "
-            "the `theta` you were given. They agree for RoPE's own angles, but the function must rotate by "
-            "whatever angles arrive in theta.", lambda x, th: _rotate(x, _own_angles(x))),
-    Mistake("own-schedule", "you ignored `theta` and made up angles with the exponent i/d instead of 2i/d, "
-            "a wrong frequency schedule too. Rotate by the angles given: theta[t, i].",
-            lambda x, th: _rotate(x, _own_angles(x, pair_index=True))),
+    *variants(_rotate, [
+        ("wrong-direction", {"sign": -1},
+         "you rotate by −θ: the new pair is (a·cosθ − b·sinθ, a·sinθ + b·cosθ)."),
+        ("halves", {"halves": True},
+         "you paired the first half with the second half. This course pairs neighbours: "
+         "(x[0], x[1]), (x[2], x[3]), … i.e. x[..., 0::2] with x[..., 1::2]."),
+        ("ignores-theta", {"own_angles": "2i/d"},
+         "you computed RoPE's angles yourself (rope_angles / apply_rope) instead of using "
+         "the `theta` you were given. They agree for RoPE's own angles, but the function must rotate by "
+         "whatever angles arrive in theta."),
+        ("own-schedule", {"own_angles": "i/d"},
+         "you ignored `theta` and made up angles with the exponent i/d instead of 2i/d, "
+         "a wrong frequency schedule too. Rotate by the angles given: theta[t, i]."),
+    ]),
 ]
 
 
@@ -162,28 +172,28 @@ def _positions_cases() -> list[tuple]:
     ]
 
 
-def _positions_reference(ids, E, PE):
-    return E[ids] + PE[: ids.shape[-1]]
+def _positions_reference(ids, E, PE, *, added="PE[:T]"):
+    """X₀ = E[ids] + PE[:T], or with a planted slip: ``added`` is the part of PE added ("PE[:T]" with T the
+    sentence length ids.shape[-1], "PE[:ids.shape[0]]", "PE", "PE[ids]" or "nothing")."""
+    rows = {"PE[:T]": lambda: PE[: ids.shape[-1]], "PE[:ids.shape[0]]": lambda: PE[: ids.shape[0]],
+            "PE": lambda: PE, "PE[ids]": lambda: PE[ids], "nothing": lambda: 0}[added]
+    return E[ids] + rows()
 
 
-_POSITIONS_MISTAKES = [
-    Mistake("unchanged",
-            "this is still the function as given. It is right for ids of shape (T,), but for a batch holding one "
-            "sentence, ids of shape (1, T), every token gets the position vector of position 0, so the word "
-            "order is lost. Print the shape of PE[:T] for ids[None].",
-            lambda ids, E, PE: E[ids] + PE[: ids.shape[0]]),
-    Mistake("whole-table",
-            "you added the whole table PE (max_T rows), not its first T rows. Position t of the sentence gets "
-            "row t of PE: slice PE[:T] with T the length of the sentence, ids.shape[-1].",
-            lambda ids, E, PE: E[ids] + PE),
-    Mistake("positions-by-id",
-            "you looked PE up with the token IDs (PE[ids]). The position table is indexed by position, not "
-            "by token: position t gets PE[t] whatever token stands there.",
-            lambda ids, E, PE: E[ids] + PE[ids]),
-    Mistake("no-positions",
-            "your result has no positions in it, only E[ids]. X₀ = E[ids] + PE[:T].",
-            lambda ids, E, PE: E[ids]),
-]
+_POSITIONS_MISTAKES = variants(_positions_reference, [
+    ("unchanged", {"added": "PE[:ids.shape[0]]"},
+     "this is still the function as given. It is right for ids of shape (T,), but for a batch holding one "
+     "sentence, ids of shape (1, T), every token gets the position vector of position 0, so the word "
+     "order is lost. Print the shape of PE[:T] for ids[None]."),
+    ("whole-table", {"added": "PE"},
+     "you added the whole table PE (max_T rows), not its first T rows. Position t of the sentence gets "
+     "row t of PE: slice PE[:T] with T the length of the sentence, ids.shape[-1]."),
+    ("positions-by-id", {"added": "PE[ids]"},
+     "you looked PE up with the token IDs (PE[ids]). The position table is indexed by position, not "
+     "by token: position t gets PE[t] whatever token stands there."),
+    ("no-positions", {"added": "nothing"},
+     "your result has no positions in it, only E[ids]. X₀ = E[ids] + PE[:T]."),
+])
 
 
 @checker

@@ -18,7 +18,7 @@ from ..attention import attention
 from ..costs import kv_cache_bytes
 from ..heads import KVCache, MultiHeadAttention, repeat_kv
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_gqa_attention", "check_gqa_cache_bytes", "check_mean_pooled_kv", "GQA_SHAPE"]
 
@@ -40,19 +40,20 @@ def _gqa_reference(Q, K, V):
     return attention(Q, repeat_kv(K, n), repeat_kv(V, n), causal=True)
 
 
-def _gqa_tiled(Q, K, V):
+def _gqa_variant(Q, K, V, *, expand="in place", causal=True, values="V", queries="all"):
+    """Grouped-query attention; every switch's default is right, any other value plants a mistake.
+
+    ``expand``: K and V repeated "in place" (0, 0, 1, 1, …), "tiled" (0, 1, 0, 1, …) or "none". ``causal``: mask
+    the future. ``values``: what the weights multiply, "V" or "K". ``queries``: keep "all" h query heads, or only
+    the "first" or the "mean" of each group (then K and V stay as they are).
+    """
     n = Q.shape[1] // K.shape[1]
-    return attention(Q, K.repeat(1, n, 1, 1), V.repeat(1, n, 1, 1), causal=True)
-
-
-def _gqa_no_mask(Q, K, V):
-    n = Q.shape[1] // K.shape[1]
-    return attention(Q, repeat_kv(K, n), repeat_kv(V, n), causal=False)
-
-
-def _gqa_K_only(Q, K, V):
-    n = Q.shape[1] // K.shape[1]
-    return attention(Q, repeat_kv(K, n), repeat_kv(K, n), causal=True)
+    if queries != "all":
+        B, h, T, d = Q.shape
+        Q = Q[:, ::n] if queries == "first" else Q.reshape(B, h // n, n, T, d).mean(2)
+    grow = {"in place": lambda t: repeat_kv(t, n), "tiled": lambda t: t.repeat(1, n, 1, 1), "none": lambda t: t}
+    K, V = grow[expand](K), grow[expand](V)
+    return attention(Q, K, V if values == "V" else K, causal=causal)
 
 
 def _gqa_not_expanded_torch(Q, K, V):
@@ -62,47 +63,29 @@ def _gqa_not_expanded_torch(Q, K, V):
     return torch.softmax(S.masked_fill(future, float("-inf")), dim=-1) @ V
 
 
-def _gqa_not_expanded_library(Q, K, V):
-    return attention(Q, K, V, causal=True)
-
-
-def _gqa_first_query_of_group(Q, K, V):
-    n = Q.shape[1] // K.shape[1]
-    return attention(Q[:, ::n], K, V, causal=True)
-
-
-def _gqa_mean_query_of_group(Q, K, V):
-    B, h, T, d = Q.shape
-    h_kv = K.shape[1]
-    return attention(Q.reshape(B, h_kv, h // h_kv, T, d).mean(2), K, V, causal=True)
-
-
 _NOT_EXPANDED = ("Q has h heads but K and V only h_kv: expand K and V to h heads first (each one repeated "
                  "h // h_kv times in place, `.repeat_interleave(h // h_kv, dim=1)`), then attend as usual.")
 
 _GQA_MISTAKES = [
     Mistake("not-expanded", _NOT_EXPANDED, _gqa_not_expanded_torch),
-    Mistake("not-expanded", _NOT_EXPANDED, _gqa_not_expanded_library),
-    Mistake("tiled",
-            "query head k read key/value head k mod h_kv: the heads were tiled 0, 1, 0, 1, … (`.repeat`, or Q "
-            "grouped as (B, h/h_kv, h_kv, T, d)). The groups are consecutive query heads: heads 0 … h/h_kv − 1 "
-            "share key/value head 0. Repeat each K and V head in place: `.repeat_interleave(h // h_kv, dim=1)`.",
-            _gqa_tiled),
-    Mistake("no-mask",
-            "the output depends on future positions: every query head still needs the causal mask on its "
-            "scores, before softmax.",
-            _gqa_no_mask),
-    Mistake("weights-times-K",
-            "the weights multiply K instead of V: expand V the same way as K and use it after softmax.",
-            _gqa_K_only),
-    Mistake("fewer-queries",
-            "your result has h_kv heads: you kept one query per group. Every one of the h query heads keeps "
-            "its own output; only K and V are shared. Expand K and V to h heads instead of shrinking Q.",
-            _gqa_first_query_of_group),
-    Mistake("mean-queries",
-            "your result has h_kv heads: you averaged the queries of each group. Every one of the h query "
-            "heads keeps its own output; only K and V are shared. Expand K and V to h heads instead.",
-            _gqa_mean_query_of_group),
+    *variants(_gqa_variant, [
+        ("not-expanded", dict(expand="none"), _NOT_EXPANDED),
+        ("tiled", dict(expand="tiled"),
+         "query head k read key/value head k mod h_kv: the heads were tiled 0, 1, 0, 1, … (`.repeat`, or Q "
+         "grouped as (B, h/h_kv, h_kv, T, d)). The groups are consecutive query heads: heads 0 … h/h_kv − 1 "
+         "share key/value head 0. Repeat each K and V head in place: `.repeat_interleave(h // h_kv, dim=1)`."),
+        ("no-mask", dict(causal=False),
+         "the output depends on future positions: every query head still needs the causal mask on its "
+         "scores, before softmax."),
+        ("weights-times-K", dict(values="K"),
+         "the weights multiply K instead of V: expand V the same way as K and use it after softmax."),
+        ("fewer-queries", dict(queries="first", expand="none"),
+         "your result has h_kv heads: you kept one query per group. Every one of the h query heads keeps "
+         "its own output; only K and V are shared. Expand K and V to h heads instead of shrinking Q."),
+        ("mean-queries", dict(queries="mean", expand="none"),
+         "your result has h_kv heads: you averaged the queries of each group. Every one of the h query "
+         "heads keeps its own output; only K and V are shared. Expand K and V to h heads instead."),
+    ]),
 ]
 
 
@@ -219,33 +202,28 @@ def _judged(convert):
     return summary
 
 
-_POOL_MISTAKES = [
-    Mistake("sum",
-            "your K and V heads are the sums of their groups, not the means: the scores of a group of n heads "
-            "come out n times too large. Divide by the group size, h / h_kv.",
-            _judged(lambda m, k: _pooled(m, k, "sum"))),
-    Mistake("strided-groups",
-            "you pooled heads j, j + h_kv, j + 2·h_kv, … together. The library's groups are consecutive: key/"
-            "value head j serves query heads j·(h/h_kv) … (j+1)·(h/h_kv) − 1, so pool those.",
-            _judged(lambda m, k: _pooled(m, k, "strided"))),
-    Mistake("first-head",
-            "you kept the first head of each group instead of their mean. That is a valid conversion too, but "
-            "it throws away what the other heads of the group had learned; the exercise asks for the mean.",
-            _judged(lambda m, k: _pooled(m, k, "first"))),
-]
+def _pooled_summary(mha, h_kv, x, *, how="mean"):
+    """The summary of the conversion that pools each group ``how`` says: the reference, or a planted mistake."""
+    return _summary(_pooled(mha, h_kv, how), x)
 
 
-def _reference(mha, h_kv, x):
-    return _summary(_pooled(mha, h_kv), x)
+_POOL_MISTAKES = variants(_pooled_summary, [
+    ("sum", dict(how="sum"),
+     "your K and V heads are the sums of their groups, not the means: the scores of a group of n heads "
+     "come out n times too large. Divide by the group size, h / h_kv."),
+    ("strided-groups", dict(how="strided"),
+     "you pooled heads j, j + h_kv, j + 2·h_kv, … together. The library's groups are consecutive: key/"
+     "value head j serves query heads j·(h/h_kv) … (j+1)·(h/h_kv) − 1, so pool those."),
+    ("first-head", dict(how="first"),
+     "you kept the first head of each group instead of their mean. That is a valid conversion too, but "
+     "it throws away what the other heads of the group had learned; the exercise asks for the mean."),
+])
 
 
 def _what_is_wrong(fn) -> Verdict | None:
     """A clearer verdict when ``fn`` returns something other than a layer with h query and h_kv K/V heads."""
     mha, h_kv, _ = _mean_pool_cases()[0]
-    try:
-        got = fn(mha, h_kv)
-    except Exception:  # noqa: BLE001 - judge has already described any error
-        return None
+    got = fn(mha, h_kv)         # an error here keeps judge's verdict, which has described it already
     if not isinstance(got, MultiHeadAttention):
         return Verdict(False, f"return a new MultiHeadAttention(d_model, h, h_kv=h_kv), got {type(got).__name__}.",
                        "type")
@@ -262,8 +240,7 @@ def check_mean_pooled_kv(fn) -> Verdict:
     success = ("W_Q and W_O are copied, and each key/value head is the mean of its group of h / h_kv heads "
                "(biases too): the conversion used to start training a GQA model from an MHA one.")
     if not callable(fn):
-        return judge(fn, _mean_pool_cases(), _reference, _POOL_MISTAKES, success=success)
-    verdict = judge(_judged(fn), _mean_pool_cases(), _reference, _POOL_MISTAKES, success=success)
-    if not verdict.ok and verdict.mistake in ("type", "length", "shape"):
-        return _what_is_wrong(fn) or verdict
-    return verdict
+        return judge(fn, _mean_pool_cases(), _pooled_summary, _POOL_MISTAKES, success=success)
+    return judge(_judged(fn), _mean_pool_cases(), _pooled_summary, _POOL_MISTAKES, success=success,
+                 diagnose=lambda verdict: _what_is_wrong(fn) if verdict.mistake in ("type", "length", "shape")
+                 else None)

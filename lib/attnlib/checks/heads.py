@@ -15,9 +15,9 @@ import math
 
 import torch
 
-from ..attention import attention, attention_weights, causal_mask, softmax
+from ..attention import attention, causal_mask, softmax
 from ..heads import MultiHeadAttention, merge_heads, split_heads
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head", "check_fixed_multi_head",
            "buggy_multi_head", "check_attention_parameters"]
@@ -122,39 +122,33 @@ def check_merge_heads(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------ multi-head
-def _multi_head_reference(X, W_Q, W_K, W_V, W_O, h: int, causal: bool = True):
+def _multi_head_reference(X, W_Q, W_K, W_V, W_O, h: int):
     """Causal multi-head attention with explicit (d_model, d_model) matrices: X (B, T, d_model) → (B, T, d_model)."""
     Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    return merge_heads(attention(Q, K, V, causal=causal)) @ W_O
+    return merge_heads(attention(Q, K, V)) @ W_O
 
 
-def _mha_no_W_O(X, W_Q, W_K, W_V, W_O, h):
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    return merge_heads(attention(Q, K, V))
+def _mha_variant(X, W_Q, W_K, W_V, W_O, h, *, split=("right",) * 3, merge="right", scores="Q Kᵀ",
+                 scale="d_head", causal=True, project=True):
+    """Multi-head attention from explicit matrices; every switch's default is right, any other value plants a mistake.
 
-
-def _mha_sqrt_d_model(X, W_Q, W_K, W_V, W_O, h):
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    # attention_weights divides by √d_head; multiply back and divide by √d_model instead.
-    P = attention_weights(Q * math.sqrt(Q.shape[-1] / X.shape[-1]), K)
-    return merge_heads(P @ V) @ W_O
-
-
-def _mha_no_mask(X, W_Q, W_K, W_V, W_O, h):
-    return _multi_head_reference(X, W_Q, W_K, W_V, W_O, h, causal=False)
-
-
-def _mha_no_transpose(X, W_Q, W_K, W_V, W_O, h):
+    ``split``: how each of Q, K, V is cut into heads: "right" (B, T, h, d_head) then transpose, "plain" (reshaped
+    straight to (B, h, T, d_head)) or "wrong-axes" (B, h, d_head, T). ``merge``: "right" or "plain" (no transpose).
+    ``scores``: "Q Kᵀ" or "Qᵀ K". ``scale``: divide by √"d_head" or √"d_model". ``causal``: add the mask.
+    ``project``: multiply by W_O at the end.
+    """
     B, T, d_model = X.shape
-    Q, K, V = ((X @ W).reshape(B, h, T, d_model // h) for W in (W_Q, W_K, W_V))
-    return attention(Q, K, V).transpose(1, 2).reshape(B, T, d_model) @ W_O
-
-
-def _mha_QtK(X, W_Q, W_K, W_V, W_O, h):
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    T = X.shape[1]
-    P = softmax(Q.transpose(-2, -1) @ K / math.sqrt(Q.shape[-1]) + causal_mask(T, dtype=X.dtype))
-    return merge_heads(P @ V) @ W_O
+    d_head = d_model // h
+    ways = {"right": lambda t: t.reshape(B, T, h, d_head).transpose(1, 2),
+            "plain": lambda t: t.reshape(B, h, T, d_head),
+            "wrong-axes": lambda t: t.reshape(B, T, h, d_head).permute(0, 2, 3, 1)}
+    Q, K, V = (ways[how](X @ W) for how, W in zip(split, (W_Q, W_K, W_V)))
+    S = Q @ K.transpose(-2, -1) if scores == "Q Kᵀ" else Q.transpose(-2, -1) @ K
+    S = S / math.sqrt({"d_head": d_head, "d_model": d_model}[scale])
+    P = softmax(S + causal_mask(T, dtype=X.dtype) if causal else S)
+    out = P @ V
+    out = out.transpose(1, 2).reshape(B, T, d_model) if merge == "right" else out.reshape(B, T, d_model)
+    return out @ W_O if project else out
 
 
 def _mha_cases():
@@ -168,27 +162,22 @@ def _mha_cases():
     return cases
 
 
-_MHA_MISTAKES = [
-    Mistake("no-W_O",
-            "the heads are concatenated but never mixed: multiply the (B, T, d_model) concatenation by W_O "
-            "at the end.",
-            _mha_no_W_O),
-    Mistake("sqrt-d_model",
-            "you scaled the scores by √d_model. Each head's dot products have d_head terms, so divide by "
-            "√d_head = √(d_model / h).",
-            _mha_sqrt_d_model),
-    Mistake("no-mask",
-            "the output depends on future tokens: add the causal mask to every head's scores before softmax.",
-            _mha_no_mask),
-    Mistake("no-transpose",
-            "you reshaped to (B, h, T, d_head) without the transpose, so a head's rows are not positions. "
-            "Reshape to (B, T, h, d_head) and .transpose(1, 2) (and back before W_O).",
-            _mha_no_transpose),
-    Mistake("scores-QtK",
-            "your scores are Qᵀ K, a (d_head, d_head) table: it only had the shape (T, T) because T = d_head "
-            "in this test. The scores compare positions: S = Q Kᵀ, i.e. Q @ K.transpose(-2, -1).",
-            _mha_QtK),
-]
+_MHA_MISTAKES = variants(_mha_variant, [
+    ("no-W_O", dict(project=False),
+     "the heads are concatenated but never mixed: multiply the (B, T, d_model) concatenation by W_O "
+     "at the end."),
+    ("sqrt-d_model", dict(scale="d_model"),
+     "you scaled the scores by √d_model. Each head's dot products have d_head terms, so divide by "
+     "√d_head = √(d_model / h)."),
+    ("no-mask", dict(causal=False),
+     "the output depends on future tokens: add the causal mask to every head's scores before softmax."),
+    ("no-transpose", dict(split=("plain",) * 3),
+     "you reshaped to (B, h, T, d_head) without the transpose, so a head's rows are not positions. "
+     "Reshape to (B, T, h, d_head) and .transpose(1, 2) (and back before W_O)."),
+    ("scores-QtK", dict(scores="Qᵀ K"),
+     "your scores are Qᵀ K, a (d_head, d_head) table: it only had the shape (T, T) because T = d_head "
+     "in this test. The scores compare positions: S = Q Kᵀ, i.e. Q @ K.transpose(-2, -1)."),
+])
 
 
 @checker
@@ -212,37 +201,22 @@ def buggy_multi_head(X, W_Q, W_K, W_V, W_O, h):
     return out @ W_O
 
 
-def _fix_variant(X, W_Q, W_K, W_V, W_O, h, *, split=("right",) * 3, merge="right"):
-    """Multi-head attention where Q, K, V are split as ``split`` says and the heads merged as ``merge`` says."""
-    B, T, d_model = X.shape
-    d_head = d_model // h
-    ways = {"right": lambda t: t.reshape(B, T, h, d_head).transpose(1, 2),
-            "plain": lambda t: t.reshape(B, h, T, d_head),
-            "wrong-axes": lambda t: t.reshape(B, T, h, d_head).permute(0, 2, 3, 1)}
-    Q, K, V = (ways[how](X @ W) for how, W in zip(split, (W_Q, W_K, W_V)))
-    P = softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]) + causal_mask(T, dtype=X.dtype))
-    out = P @ V
-    out = out.transpose(1, 2).reshape(B, T, d_model) if merge == "right" else out.reshape(B, T, d_model)
-    return out @ W_O
-
-
 _FIX_MISTAKES = [
     Mistake("unchanged",
             "this is still the function as given: it runs and has the right shape, but its heads do not hold "
             "positions. Follow one position through it: after the reshape, is row i of a head's Q position i?",
             buggy_multi_head),
-    Mistake("v-unfixed",
-            "Q and K are split correctly now, but V is still reshaped straight to (B, h, T, d_head), so the "
-            "weights average rows that are not positions. Split V the same way as Q and K.",
-            lambda *a: _fix_variant(*a, split=("right", "right", "plain"))),
-    Mistake("merge-broken",
-            "the split is fixed, but the merge at the end lost its transpose. The merge was right: "
-            "(B, h, T, d_head) → .transpose(1, 2) → reshape to (B, T, d_model).",
-            lambda *a: _fix_variant(*a, merge="plain")),
-    Mistake("wrong-axes",
-            "your Q, K and V have d_head on the third axis and T on the last (only the right shape when "
-            "T = d_head, as in one of the tests). Reshape to (B, T, h, d_head), then .transpose(1, 2).",
-            lambda *a: _fix_variant(*a, split=("wrong-axes",) * 3)),
+    *variants(_mha_variant, [
+        ("v-unfixed", dict(split=("right", "right", "plain")),
+         "Q and K are split correctly now, but V is still reshaped straight to (B, h, T, d_head), so the "
+         "weights average rows that are not positions. Split V the same way as Q and K."),
+        ("merge-broken", dict(merge="plain"),
+         "the split is fixed, but the merge at the end lost its transpose. The merge was right: "
+         "(B, h, T, d_head) → .transpose(1, 2) → reshape to (B, T, d_model)."),
+        ("wrong-axes", dict(split=("wrong-axes",) * 3),
+         "your Q, K and V have d_head on the third axis and T on the last (only the right shape when "
+         "T = d_head, as in one of the tests). Reshape to (B, T, h, d_head), then .transpose(1, 2)."),
+    ]),
 ]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..projections import Projections, project
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv", "check_qkv_params"]
 
@@ -35,19 +35,22 @@ def _linear_reference(x, weight, bias):
     return torch.nn.functional.linear(x, weight, bias)
 
 
-_LINEAR_MISTAKES = [
-    Mistake("no-transpose",
-            "you multiplied by `weight` itself. nn.Linear stores its weight as (out, in); "
-            "the book's W is (in, out) = weight.T, so use `x @ weight.T + bias`.",
-            lambda x, weight, bias: x @ weight + bias),
-    Mistake("no-bias",
-            "the matrix product is right, but nn.Linear also adds its bias: `x @ weight.T + bias`.",
-            lambda x, weight, bias: x @ weight.T),
-    Mistake("no-transpose-no-bias",
-            "two things are missing: the weight is stored as (out, in), so use `weight.T`, "
-            "and the bias must be added.",
-            lambda x, weight, bias: x @ weight),
-]
+def _planted_linear(x, weight, bias, *, transpose=True, add_bias=True):
+    """x @ weight.T + bias with a planted slip; the defaults compute it."""
+    y = x @ (weight.T if transpose else weight)
+    return y + bias if add_bias else y
+
+
+_LINEAR_MISTAKES = variants(_planted_linear, [
+    ("no-transpose", {"transpose": False},
+     "you multiplied by `weight` itself. nn.Linear stores its weight as (out, in); "
+     "the book's W is (in, out) = weight.T, so use `x @ weight.T + bias`."),
+    ("no-bias", {"add_bias": False},
+     "the matrix product is right, but nn.Linear also adds its bias: `x @ weight.T + bias`."),
+    ("no-transpose-no-bias", {"transpose": False, "add_bias": False},
+     "two things are missing: the weight is stored as (out, in), so use `weight.T`, "
+     "and the bias must be added."),
+])
 
 
 @checker
@@ -78,22 +81,29 @@ def _interleaved(X, W_QKV, d_k):
     return tuple(QKV.reshape(*QKV.shape[:-1], d_k, 3).unbind(-1))
 
 
+def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), axis="columns"):
+    """(Q, K, V) from the blocks of X @ W_QKV, with a planted slip; the defaults compute them. ``order`` is
+    the order the blocks are returned in; ``axis`` = "rows" cuts the positions into three instead."""
+    QKV = X @ W_QKV
+    blocks = QKV.split(d_k, dim=-1) if axis == "columns" else QKV.chunk(3, dim=-2)
+    return tuple(blocks[i] for i in order)
+
+
 _FUSED_MISTAKES = [
     Mistake("unchanged",
             "this is still the function as given. Q, K and V have the right shapes, but each one mixes columns "
             "of all three matrices: compare your Q with X @ W_QKV[:, :d_k], the product with W_Q alone.",
             _interleaved),
-    Mistake("order",
-            "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the "
-            "first d_k columns of X @ W_QKV are Q, the next d_k are K, the last are V.",
-            lambda X, W_QKV, d_k: tuple((X @ W_QKV).split(d_k, dim=-1)[i] for i in (1, 0, 2))),
-    Mistake("reversed",
-            "your Q is V and your V is Q: the blocks of columns are [Q | K | V], read left to right.",
-            lambda X, W_QKV, d_k: tuple((X @ W_QKV).split(d_k, dim=-1)[::-1])),
-    Mistake("rows",
-            "you cut along the positions (the T axis, dim -2). The three projections sit side by side in the "
-            "last axis, d_k columns each: split along dim=-1.",
-            lambda X, W_QKV, d_k: tuple((X @ W_QKV).chunk(3, dim=-2))),
+    *variants(_planted_split, [
+        ("order", {"order": (1, 0, 2)},
+         "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the "
+         "first d_k columns of X @ W_QKV are Q, the next d_k are K, the last are V."),
+        ("reversed", {"order": (2, 1, 0)},
+         "your Q is V and your V is Q: the blocks of columns are [Q | K | V], read left to right."),
+        ("rows", {"axis": "rows"},
+         "you cut along the positions (the T axis, dim -2). The three projections sit side by side in the "
+         "last axis, d_k columns each: split along dim=-1."),
+    ]),
 ]
 
 
@@ -122,23 +132,28 @@ def _cross_reference(X, X_kv, W_K, W_V):
     return project(X_kv, W_K), project(X_kv, W_V)
 
 
-_CROSS_MISTAKES = [
-    Mistake("kv-from-queries",
-            "you projected K and V from X, the queries' sequence. In cross-attention the queries come from X, "
-            "but keys and values come from the other sequence: use X_kv for both.",
-            lambda X, X_kv, W_K, W_V: (X @ W_K, X @ W_V)),
-    Mistake("k-from-queries",
-            "V is right, but K was projected from X. Keys and values describe the same positions, so both "
-            "come from X_kv.",
-            lambda X, X_kv, W_K, W_V: (X @ W_K, X_kv @ W_V)),
-    Mistake("v-from-queries",
-            "K is right, but V was projected from X. The values carried must belong to the positions the keys "
-            "describe: project V from X_kv too.",
-            lambda X, X_kv, W_K, W_V: (X_kv @ W_K, X @ W_V)),
-    Mistake("swapped-weights",
-            "K and V are swapped: K uses W_K and V uses W_V (return them in the order K, V).",
-            lambda X, X_kv, W_K, W_V: (X_kv @ W_V, X_kv @ W_K)),
-]
+def _planted_kv(X, X_kv, W_K, W_V, *, k_from="X_kv", v_from="X_kv", swap_weights=False):
+    """K, V of cross-attention with a planted slip; the defaults compute them. ``k_from`` and ``v_from`` name
+    the sequence each is projected from ("X_kv" or "X"); ``swap_weights`` projects K with W_V and V with W_K."""
+    sequences = {"X": X, "X_kv": X_kv}
+    if swap_weights:
+        W_K, W_V = W_V, W_K
+    return sequences[k_from] @ W_K, sequences[v_from] @ W_V
+
+
+_CROSS_MISTAKES = variants(_planted_kv, [
+    ("kv-from-queries", {"k_from": "X", "v_from": "X"},
+     "you projected K and V from X, the queries' sequence. In cross-attention the queries come from X, "
+     "but keys and values come from the other sequence: use X_kv for both."),
+    ("k-from-queries", {"k_from": "X"},
+     "V is right, but K was projected from X. Keys and values describe the same positions, so both "
+     "come from X_kv."),
+    ("v-from-queries", {"v_from": "X"},
+     "K is right, but V was projected from X. The values carried must belong to the positions the keys "
+     "describe: project V from X_kv too."),
+    ("swapped-weights", {"swap_weights": True},
+     "K and V are swapped: K uses W_K and V uses W_V (return them in the order K, V)."),
+])
 
 
 def _shapes(out) -> str:
@@ -147,22 +162,25 @@ def _shapes(out) -> str:
     return type(out).__name__
 
 
+def _shapes_look(fn, cases, verdict: Verdict) -> Verdict | None:
+    """Say which shapes came back, both at once."""
+    if verdict.mistake != "shape":
+        return None
+    for case in cases:
+        got, want = fn(*[c.clone() for c in case]), _cross_reference(*case)
+        if _shapes(got) != _shapes(want):
+            return Verdict(False, f"K and V should have shapes {_shapes(want)} (T_kv rows each), "
+                                  f"got {_shapes(got)}.", "shape")
+    return None
+
+
 @checker
 def check_cross_kv(fn) -> Verdict:
     """``fn(X, X_kv, W_K, W_V)`` with X (..., T, d_model), X_kv (..., T_kv, d_model) → K, V (..., T_kv, d_k)."""
     cases = _cross_cases()
-    verdict = judge(fn, cases, _cross_reference, _CROSS_MISTAKES,
-                    success="K and V come from X_kv, so they have T_kv rows, whatever the length of X.")
-    if verdict.mistake == "shape":   # say which shapes came back, both at once
-        for case in cases:
-            try:
-                got, want = fn(*[c.clone() for c in case]), _cross_reference(*case)
-            except Exception:  # the learner's bug must not crash the checker
-                break
-            if _shapes(got) != _shapes(want):
-                return Verdict(False, f"K and V should have shapes {_shapes(want)} (T_kv rows each), "
-                                      f"got {_shapes(got)}.", "shape")
-    return verdict
+    return judge(fn, cases, _cross_reference, _CROSS_MISTAKES,
+                 success="K and V come from X_kv, so they have T_kv rows, whatever the length of X.",
+                 diagnose=lambda verdict: _shapes_look(fn, cases, verdict))
 
 
 # ------------------------------------------------------------------------------------------------

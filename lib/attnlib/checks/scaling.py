@@ -16,7 +16,7 @@ import torch
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_scaled_scores", "check_head_scores", "check_scaled_variance"]
 
@@ -43,26 +43,40 @@ def _kt(K):
     return K.transpose(-2, -1)
 
 
-_SCORES_MISTAKES = [
-    Mistake("divide-by-d_k",
-            "you divided by d_k. The rule divides by its square root: `/ math.sqrt(d_k)` (or `d_k ** 0.5`), "
-            "because the standard deviation of q·k grows like √d_k, not like d_k.",
-            lambda Q, K: Q @ _kt(K) / Q.shape[-1]),
-    Mistake("no-scale",
-            "the table Q Kᵀ is right, but it is not scaled yet: divide it by √d_k, where d_k = Q.shape[-1].",
-            lambda Q, K: Q @ _kt(K)),
-    Mistake("no-transpose",
-            "you multiplied Q @ K. Each score is a dot product q_i · k_j, so K must be transposed: "
-            "`Q @ K.transpose(-2, -1)` (with square inputs the slip runs silently and gives wrong numbers).",
-            lambda Q, K: Q @ K / math.sqrt(Q.shape[-1])),
-    Mistake("transposed-table",
-            "you built K Qᵀ, the transposed table: its rows are keys and its columns queries. Rows must be "
-            "queries: `Q @ K.transpose(-2, -1)`.",
-            lambda Q, K: K @ _kt(Q) / math.sqrt(Q.shape[-1])),
-    Mistake("multiply-by-sqrt",
-            "you multiplied by √d_k; the scores must be divided by it.",
-            lambda Q, K: Q @ _kt(K) * math.sqrt(Q.shape[-1])),
-]
+def _scaled(S, scale: str, d_k: int, d_model: int | None = None):
+    """S scaled as ``scale`` says: "/ √d_k" (right), "/ d_k", "× √d_k", "/ √d_model" or "none"."""
+    if scale == "/ √d_k":
+        return S / math.sqrt(d_k)
+    if scale == "/ d_k":
+        return S / d_k
+    if scale == "× √d_k":
+        return S * math.sqrt(d_k)
+    if scale == "/ √d_model":
+        return S / math.sqrt(d_model)
+    return S
+
+
+def _planted_scores(Q, K, *, table: str = "Q Kᵀ", scale: str = "/ √d_k"):
+    """Q Kᵀ / √d_k with a planted slip; the defaults compute it. ``table`` is "Q Kᵀ", "Q K" or "K Qᵀ"."""
+    S = {"Q Kᵀ": lambda: Q @ _kt(K), "Q K": lambda: Q @ K, "K Qᵀ": lambda: K @ _kt(Q)}[table]()
+    return _scaled(S, scale, Q.shape[-1])
+
+
+_SCORES_MISTAKES = variants(_planted_scores, [
+    ("divide-by-d_k", {"scale": "/ d_k"},
+     "you divided by d_k. The rule divides by its square root: `/ math.sqrt(d_k)` (or `d_k ** 0.5`), "
+     "because the standard deviation of q·k grows like √d_k, not like d_k."),
+    ("no-scale", {"scale": "none"},
+     "the table Q Kᵀ is right, but it is not scaled yet: divide it by √d_k, where d_k = Q.shape[-1]."),
+    ("no-transpose", {"table": "Q K"},
+     "you multiplied Q @ K. Each score is a dot product q_i · k_j, so K must be transposed: "
+     "`Q @ K.transpose(-2, -1)` (with square inputs the slip runs silently and gives wrong numbers)."),
+    ("transposed-table", {"table": "K Qᵀ"},
+     "you built K Qᵀ, the transposed table: its rows are keys and its columns queries. Rows must be "
+     "queries: `Q @ K.transpose(-2, -1)`."),
+    ("multiply-by-sqrt", {"scale": "× √d_k"},
+     "you multiplied by √d_k; the scores must be divided by it."),
+])
 
 
 @checker
@@ -88,25 +102,23 @@ def _head_reference(X, W_Q, W_K):
     return scale(scores(Q, K), W_Q.shape[-1])
 
 
-def _qk(X, W_Q, W_K):
-    return (X @ W_Q) @ _kt(X @ W_K)
+def _planted_head(X, W_Q, W_K, *, scale: str = "/ √d_k", same_weights: bool = False):
+    """(X W_Q)(X W_K)ᵀ / √d_k with a planted slip; the defaults compute it. ``same_weights`` uses W_Q for K."""
+    Q, K = X @ W_Q, X @ (W_Q if same_weights else W_K)
+    return _scaled(Q @ _kt(K), scale, W_Q.shape[-1], X.shape[-1])
 
 
-_HEAD_MISTAKES = [
-    Mistake("sqrt-d_model",
-            "you divided by √d_model. The dot products are taken between q and k, which have d_k components: "
-            "divide by √d_k, where d_k = W_Q.shape[1] (here d_k differs from d_model).",
-            lambda X, W_Q, W_K: _qk(X, W_Q, W_K) / math.sqrt(X.shape[-1])),
-    Mistake("divide-by-d_k",
-            "you divided by d_k; divide by its square root, √d_k.",
-            lambda X, W_Q, W_K: _qk(X, W_Q, W_K) / W_Q.shape[-1]),
-    Mistake("no-scale",
-            "Q Kᵀ is right but not scaled: divide by √d_k, where d_k = W_Q.shape[1].",
-            _qk),
-    Mistake("same-weights",
-            "you used W_Q for the keys as well. Queries and keys have separate weights: K = X @ W_K.",
-            lambda X, W_Q, W_K: _qk(X, W_Q, W_Q) / math.sqrt(W_Q.shape[-1])),
-]
+_HEAD_MISTAKES = variants(_planted_head, [
+    ("sqrt-d_model", {"scale": "/ √d_model"},
+     "you divided by √d_model. The dot products are taken between q and k, which have d_k components: "
+     "divide by √d_k, where d_k = W_Q.shape[1] (here d_k differs from d_model)."),
+    ("divide-by-d_k", {"scale": "/ d_k"},
+     "you divided by d_k; divide by its square root, √d_k."),
+    ("no-scale", {"scale": "none"},
+     "Q Kᵀ is right but not scaled: divide by √d_k, where d_k = W_Q.shape[1]."),
+    ("same-weights", {"same_weights": True},
+     "you used W_Q for the keys as well. Queries and keys have separate weights: K = X @ W_K."),
+])
 
 
 @checker

@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..attention import attention, causal_mask, softmax
-from ._core import Mistake, Verdict, checker, judge
+from ._core import Mistake, Verdict, checker, judge, variants
 
 __all__ = ["check_stable_softmax", "check_attention_output", "check_softmax_jacobian", "check_fixed_head"]
 
@@ -32,31 +32,36 @@ def _softmax_cases() -> list[tuple[torch.Tensor]]:
     ]
 
 
-def _normalise(e: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return e / e.sum(dim=dim, keepdim=True)
+def _planted_softmax(z: torch.Tensor, *, shift: str = "row max", dim: int = -1,
+                      normalise: bool = True) -> torch.Tensor:
+    """softmax(z) with a planted slip; the defaults compute it. ``shift`` is what is subtracted before exp():
+    "row max", "row min", "global max" or "nothing"."""
+    if shift == "row max":
+        z = z - z.amax(dim=dim, keepdim=True)
+    elif shift == "row min":
+        z = z - z.amin(dim=dim, keepdim=True)
+    elif shift == "global max":
+        z = z - z.max()
+    e = z.exp()
+    return e / e.sum(dim=dim, keepdim=True) if normalise else e
 
 
-_SOFTMAX_MISTAKES = [
-    Mistake("naive",
-            "exp() overflowed: exp(1000) is inf in float32 and inf / inf is NaN. Subtract each row's maximum "
-            "first (z - z.amax(dim=-1, keepdim=True)); softmax does not change when a constant is subtracted.",
-            lambda z: _normalise(z.exp())),
-    Mistake("subtract-min",
-            "you subtracted the row minimum. That makes every exponent ≥ 0, so a large spread still overflows "
-            "(exp(150) is inf in float32). Subtract the row maximum: every exponent is then ≤ 0.",
-            lambda z: _normalise((z - z.amin(dim=-1, keepdim=True)).exp())),
-    Mistake("global-max",
-            "you subtracted the maximum of the whole tensor, not of each row: a row far below that maximum "
-            "underflows to all zeros and 0 / 0 gives NaN. Use z.amax(dim=-1, keepdim=True).",
-            lambda z: _normalise((z - z.max()).exp())),
-    Mistake("wrong-axis",
-            "you normalised along the wrong axis (columns sum to 1). Take max and sum over the last axis: "
-            "dim=-1 with keepdim=True.",
-            lambda z: softmax(z, dim=-2)),
-    Mistake("not-normalised",
-            "you returned exp(z - max) without dividing by the row sum, so rows do not sum to 1.",
-            lambda z: (z - z.amax(dim=-1, keepdim=True)).exp()),
-]
+_SOFTMAX_MISTAKES = variants(_planted_softmax, [
+    ("naive", {"shift": "nothing"},
+     "exp() overflowed: exp(1000) is inf in float32 and inf / inf is NaN. Subtract each row's maximum "
+     "first (z - z.amax(dim=-1, keepdim=True)); softmax does not change when a constant is subtracted."),
+    ("subtract-min", {"shift": "row min"},
+     "you subtracted the row minimum. That makes every exponent ≥ 0, so a large spread still overflows "
+     "(exp(150) is inf in float32). Subtract the row maximum: every exponent is then ≤ 0."),
+    ("global-max", {"shift": "global max"},
+     "you subtracted the maximum of the whole tensor, not of each row: a row far below that maximum "
+     "underflows to all zeros and 0 / 0 gives NaN. Use z.amax(dim=-1, keepdim=True)."),
+    ("wrong-axis", {"dim": -2},
+     "you normalised along the wrong axis (columns sum to 1). Take max and sum over the last axis: "
+     "dim=-1 with keepdim=True."),
+    ("not-normalised", {"normalise": False},
+     "you returned exp(z - max) without dividing by the row sum, so rows do not sum to 1."),
+])
 
 
 @checker
@@ -78,50 +83,46 @@ def _attention_cases() -> list[tuple[torch.Tensor, ...]]:
     return [qkv(2, 6, 6, 6), qkv(1, 5, 4, 3), qkv(2, 7, 8, 2)]
 
 
-def _S(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
-    return Q @ K.transpose(-2, -1)
+def _planted_attention(Q, K, V, *, scores: str = "Q Kᵀ", divisor: str = "√d_k", mask: str = "add", dim: int = -1,
+                       mixed: str = "V") -> torch.Tensor:
+    """softmax(Q Kᵀ / √d_k + M) V with a planted slip; the defaults compute it. ``scores`` is "Q Kᵀ" or
+    "Qᵀ K"; ``divisor`` is "√d_k", "√T", "d_k" or "1"; ``mask`` is "add" (before softmax), "after" (future
+    weights zeroed after softmax) or "none"; ``mixed`` is the tensor the weights multiply, "V" or "K"."""
+    T, d_k = Q.shape[-2], Q.shape[-1]
+    S = Q.transpose(-2, -1) @ K if scores == "Qᵀ K" else Q @ K.transpose(-2, -1)
+    S = S / {"√d_k": math.sqrt(d_k), "√T": math.sqrt(T), "d_k": d_k, "1": 1}[divisor]
+    if mask == "add":
+        P = softmax(S + causal_mask(T), dim=dim)
+    elif mask == "after":
+        P = softmax(S, dim=dim) * torch.ones(T, T, dtype=torch.bool).tril()
+    else:
+        P = softmax(S, dim=dim)
+    return P @ (K if mixed == "K" else V)
 
 
-def _M(Q: torch.Tensor) -> torch.Tensor:
-    return causal_mask(Q.shape[-2])
-
-
-def _after(Q, K, V):
-    keep = torch.ones(Q.shape[-2], Q.shape[-2], dtype=torch.bool).tril()
-    return (softmax(_S(Q, K) / math.sqrt(Q.shape[-1])) * keep) @ V
-
-
-_ATTENTION_MISTAKES = [
-    Mistake("times-K",
-            "you multiplied the weights by K. K is only used to compute the match (the scores); the information "
-            "that is mixed is V: return P @ V. When d_k = d_v nothing fails, the numbers are simply wrong.",
-            lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-1]) + _M(Q)) @ K),
-    Mistake("no-scale",
-            "you forgot to divide the scores by √d_k before softmax: P = softmax(Q Kᵀ / √d_k + M).",
-            lambda Q, K, V: softmax(_S(Q, K) + _M(Q)) @ V),
-    Mistake("scale-by-T",
-            "you divided the scores by √T (Q.shape[-2], the number of positions); the scale is √d_k, the width "
-            "of a query: Q.shape[-1]. The two agree only when T = d_k.",
-            lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-2]) + _M(Q)) @ V),
-    Mistake("Qt-K",
-            "your score table is Qᵀ K (d_k × d_k), not Q Kᵀ (T × T): it only has the right shape when T = d_k. "
-            "Each score is q_i · k_j: Q @ K.transpose(-2, -1).",
-            lambda Q, K, V: softmax(Q.transpose(-2, -1) @ K / math.sqrt(Q.shape[-1]) + _M(Q)) @ V),
-    Mistake("scale-by-dk",
-            "you divided the scores by d_k; the scale is √d_k (math.sqrt(d_k)), with d_k = Q.shape[-1].",
-            lambda Q, K, V: softmax(_S(Q, K) / Q.shape[-1] + _M(Q)) @ V),
-    Mistake("no-mask",
-            "you forgot the causal mask: every position reads its future. Add M (causal_mask(T)) to the scaled "
-            "scores before softmax.",
-            lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-1])) @ V),
-    Mistake("after-softmax",
-            "you zeroed the future weights after softmax, so rows no longer sum to 1. Add M to the scores "
-            "before softmax.",
-            _after),
-    Mistake("wrong-axis",
-            "your softmax ran over the query axis (dim=-2). Each query's row of weights must sum to 1: dim=-1.",
-            lambda Q, K, V: softmax(_S(Q, K) / math.sqrt(Q.shape[-1]) + _M(Q), dim=-2) @ V),
-]
+_ATTENTION_MISTAKES = variants(_planted_attention, [
+    ("times-K", {"mixed": "K"},
+     "you multiplied the weights by K. K is only used to compute the match (the scores); the information "
+     "that is mixed is V: return P @ V. When d_k = d_v nothing fails, the numbers are simply wrong."),
+    ("no-scale", {"divisor": "1"},
+     "you forgot to divide the scores by √d_k before softmax: P = softmax(Q Kᵀ / √d_k + M)."),
+    ("scale-by-T", {"divisor": "√T"},
+     "you divided the scores by √T (Q.shape[-2], the number of positions); the scale is √d_k, the width "
+     "of a query: Q.shape[-1]. The two agree only when T = d_k."),
+    ("Qt-K", {"scores": "Qᵀ K"},
+     "your score table is Qᵀ K (d_k × d_k), not Q Kᵀ (T × T): it only has the right shape when T = d_k. "
+     "Each score is q_i · k_j: Q @ K.transpose(-2, -1)."),
+    ("scale-by-dk", {"divisor": "d_k"},
+     "you divided the scores by d_k; the scale is √d_k (math.sqrt(d_k)), with d_k = Q.shape[-1]."),
+    ("no-mask", {"mask": "none"},
+     "you forgot the causal mask: every position reads its future. Add M (causal_mask(T)) to the scaled "
+     "scores before softmax."),
+    ("after-softmax", {"mask": "after"},
+     "you zeroed the future weights after softmax, so rows no longer sum to 1. Add M to the scores "
+     "before softmax."),
+    ("wrong-axis", {"dim": -2},
+     "your softmax ran over the query axis (dim=-2). Each query's row of weights must sum to 1: dim=-1."),
+])
 
 
 @checker
@@ -171,27 +172,32 @@ def _unbatched_broadcast(z: torch.Tensor) -> torch.Tensor:
     return torch.diag(p) - p[:, None] * p[None, :]  # fails for a batch too, with another message
 
 
-_JACOBIAN_MISTAKES = [
-    Mistake("missing-outer",
-            "you returned diag(p) only. Every p_i depends on every z_j through the sum in the denominator, so "
-            "the off-diagonal entries are not 0: subtract the outer product p pᵀ.",
-            lambda z: torch.diag_embed(softmax(z))),
-    Mistake("missing-diag",
-            "you returned −p pᵀ only. The diagonal also gets the direct term: ∂p_i/∂z_i = p_i − p_i², "
-            "so J = diag(p) − p pᵀ.",
-            lambda z: -_outer(softmax(z))),
+def _planted_jacobian(z: torch.Tensor, *, stable: bool = True, diag: bool = True, outer: bool = True,
+                      sign: int = 1) -> torch.Tensor:
+    """J = diag(p) − p pᵀ with a planted slip; the defaults compute it. ``diag`` and ``outer`` keep its two
+    terms, ``sign`` = -1 flips it, and ``stable`` = False computes p without subtracting the row maximum."""
+    p = softmax(z) if stable else _naive(z)
+    return sign * ((torch.diag_embed(p) if diag else 0) - (_outer(p) if outer else 0))
+
+
+_JACOBIAN_MISTAKES = variants(_planted_jacobian, [
+    ("missing-outer", {"outer": False},
+     "you returned diag(p) only. Every p_i depends on every z_j through the sum in the denominator, so "
+     "the off-diagonal entries are not 0: subtract the outer product p pᵀ."),
+    ("missing-diag", {"diag": False},
+     "you returned −p pᵀ only. The diagonal also gets the direct term: ∂p_i/∂z_i = p_i − p_i², "
+     "so J = diag(p) − p pᵀ."),
+    ("sign", {"sign": -1},
+     "your signs are flipped: J = diag(p) − p pᵀ (you wrote p pᵀ − diag(p)). Raising z_i must raise p_i, "
+     "so the diagonal is positive."),
+    ("naive-softmax", {"stable": False},
+     "the formula is right but p overflowed: exp(1000) is inf in float32. Compute p with the stable "
+     "softmax (subtract the row maximum) before building J."),
+]) + [
     Mistake("diagonal-only",
             "you kept only the diagonal p_i (1 − p_i). The off-diagonal entries ∂p_i/∂z_j = −p_i p_j are not "
             "zero: raising one score lowers every other weight. J = diag(p) − p pᵀ.",
             lambda z: torch.diag_embed(softmax(z) * (1 - softmax(z)))),
-    Mistake("sign",
-            "your signs are flipped: J = diag(p) − p pᵀ (you wrote p pᵀ − diag(p)). Raising z_i must raise p_i, "
-            "so the diagonal is positive.",
-            lambda z: _outer(softmax(z)) - torch.diag_embed(softmax(z))),
-    Mistake("naive-softmax",
-            "the formula is right but p overflowed: exp(1000) is inf in float32. Compute p with the stable "
-            "softmax (subtract the row maximum) before building J.",
-            lambda z: torch.diag_embed(_naive(z)) - _outer(_naive(z))),
     Mistake("not-batched",
             "your function works for one row but not for a batch (..., n): torch.diag and torch.outer only take "
             "one vector. Use torch.diag_embed(p) and p[..., :, None] * p[..., None, :].",
@@ -215,36 +221,37 @@ def check_softmax_jacobian(fn) -> Verdict:
 # ------------------------------------------------------------------------------------------------
 # Find the bug: an einsum head whose last line sums over the query index (out = Pᵀ V).
 
-def _einsum_weights(Q, K, transposed_scores: bool = False, dim: int = -1):
-    S = torch.einsum("bid,bjd->bji" if transposed_scores else "bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    return softmax(S + _M(Q), dim=dim)
+_GIVEN = "bij,bid->bjd"   # the last line of the head as given: it sums P over the query index i
 
 
-_FIXED_HEAD_MISTAKES = [
-    Mistake("unchanged",
-            "this is still the function as given: it runs and has the right shape, yet output 0 changes when the "
-            "value of the last position changes. Find the line that lets an early output read a late value.",
-            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K), V)),
-    Mistake("transposed-scores",
-            "you transposed the score table instead of fixing the last line: now the mask and softmax act on "
-            "the wrong axes. Keep S[b, i, j] = q_i · k_j ('bid,bjd->bij'); the bug is in the sum over V.",
-            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K, transposed_scores=True), V)),
-    Mistake("softmax-over-queries",
-            "you moved softmax to the query axis (dim=-2) instead of fixing the last line. Each query's row of "
-            "weights must sum to 1 (dim=-1); then output i is Σ_j P[i, j] v_j.",
-            lambda Q, K, V: torch.einsum("bij,bid->bjd", _einsum_weights(Q, K, dim=-2), V)),
-    Mistake("column-sum",
-            "your last line sums P over i and keeps j on both sides ('bij,bjd->bjd'): each value is scaled by "
-            "its column sum, not mixed. Output i must be Σ_j P[i, j] v_j: 'bij,bjd->bid'.",
-            lambda Q, K, V: torch.einsum("bij,bjd->bjd", _einsum_weights(Q, K), V)),
-    Mistake("times-K",
-            "you now mix K instead of V. K only computes the match; the information mixed is V.",
-            lambda Q, K, V: torch.einsum("bij,bjd->bid", _einsum_weights(Q, K), K)),
-    Mistake("no-mask",
-            "you removed the causal mask: the mask was right. Keep M and look at which index the last line "
-            "sums over.",
-            lambda Q, K, V: torch.einsum("bij,bjd->bid", softmax(_S(Q, K) / math.sqrt(Q.shape[-1])), V)),
-]
+def _einsum_head(Q, K, V, *, scores: str = "bid,bjd->bij", dim: int = -1, mask: bool = True,
+                 mix: str = "bij,bjd->bid", mixed: str = "V") -> torch.Tensor:
+    """The einsum head with a planted slip; the defaults compute it. ``scores`` and ``mix`` are its two einsum
+    specs, ``dim`` the axis of softmax, ``mask`` whether M is added, ``mixed`` the tensor mixed ("V" or "K")."""
+    S = torch.einsum(scores, Q, K) / math.sqrt(Q.shape[-1])
+    P = softmax(S + causal_mask(Q.shape[-2]) if mask else S, dim=dim)
+    return torch.einsum(mix, P, K if mixed == "K" else V)
+
+
+_FIXED_HEAD_MISTAKES = variants(_einsum_head, [
+    ("unchanged", {"mix": _GIVEN},
+     "this is still the function as given: it runs and has the right shape, yet output 0 changes when the "
+     "value of the last position changes. Find the line that lets an early output read a late value."),
+    ("transposed-scores", {"scores": "bid,bjd->bji", "mix": _GIVEN},
+     "you transposed the score table instead of fixing the last line: now the mask and softmax act on "
+     "the wrong axes. Keep S[b, i, j] = q_i · k_j ('bid,bjd->bij'); the bug is in the sum over V."),
+    ("softmax-over-queries", {"dim": -2, "mix": _GIVEN},
+     "you moved softmax to the query axis (dim=-2) instead of fixing the last line. Each query's row of "
+     "weights must sum to 1 (dim=-1); then output i is Σ_j P[i, j] v_j."),
+    ("column-sum", {"mix": "bij,bjd->bjd"},
+     "your last line sums P over i and keeps j on both sides ('bij,bjd->bjd'): each value is scaled by "
+     "its column sum, not mixed. Output i must be Σ_j P[i, j] v_j: 'bij,bjd->bid'."),
+    ("times-K", {"mixed": "K"},
+     "you now mix K instead of V. K only computes the match; the information mixed is V."),
+    ("no-mask", {"mask": False},
+     "you removed the causal mask: the mask was right. Keep M and look at which index the last line "
+     "sums over."),
+])
 
 
 @checker

@@ -22,7 +22,7 @@ from ..block import Block
 from ..heads import merge_heads
 from ..model import GPT
 from ..train import next_token_windows
-from ._core import Mistake, Verdict, checker, judge
+from ._core import Mistake, Verdict, checker, judge, variants
 
 __all__ = ["check_build_blocks", "check_run_stack", "check_next_token_windows", "check_cached_generation"]
 
@@ -100,41 +100,35 @@ def _summary(blocks):
             int(any(_shares(a, b) for a, b in pairs)), _n_params(items))
 
 
-def _summarised(build):
-    return lambda L, d_model, h: _summary(build(L, d_model, h))
+def _stack(L, d_model, h, *, one_block=False, share=None, count=0):
+    """The summary of a stack built in one way; every switch's default is right, any other value plants a mistake.
+
+    ``one_block``: the same Block object L times. ``share``: the later blocks take the first block's "attn" or
+    "mlp". ``count``: how many blocks too many (or, negative, too few).
+    """
+    if one_block:
+        return _summary(nn.ModuleList([Block(d_model, h)] * L))
+    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L + count))
+    for b in blocks[1:] if share else ():
+        setattr(b, share, getattr(blocks[0], share))
+    return _summary(blocks)
 
 
-def _independent(L, d_model, h):
-    return nn.ModuleList(Block(d_model, h) for _ in range(L))
-
-
-def _shared(L, d_model, h, part):
-    blocks = _independent(L, d_model, h)
-    for b in blocks[1:]:
-        setattr(b, part, getattr(blocks[0], part))
-    return blocks
-
-
-_BUILD_MISTAKES = [
-    Mistake("same-block",
-            "your list holds the same Block object L times (e.g. [Block(d_model, h)] * L), so every layer uses one "
-            "set of weights. Create a new Block on every turn of the loop: "
-            "nn.ModuleList(Block(d_model, h) for _ in range(L)).",
-            _summarised(lambda L, d, h: nn.ModuleList([Block(d, h)] * L))),
-    Mistake("shared-attention",
-            "the blocks are distinct but they share one attention module: every layer must own its W_Q, W_K, "
-            "W_V and W_O. Do not assign one block's attn to the others.",
-            _summarised(lambda L, d, h: _shared(L, d, h, "attn"))),
-    Mistake("shared-mlp",
-            "the blocks are distinct but they share one MLP: every layer must own its W_1 and W_2.",
-            _summarised(lambda L, d, h: _shared(L, d, h, "mlp"))),
-    Mistake("wrong-count",
-            "the number of blocks is off by one: build exactly L of them (range(L)).",
-            _summarised(lambda L, d, h: _independent(L - 1, d, h))),
-    Mistake("wrong-count",
-            "the number of blocks is off by one: build exactly L of them (range(L)).",
-            _summarised(lambda L, d, h: _independent(L + 1, d, h))),
-]
+_BUILD_MISTAKES = variants(_stack, [
+    ("same-block", dict(one_block=True),
+     "your list holds the same Block object L times (e.g. [Block(d_model, h)] * L), so every layer uses one "
+     "set of weights. Create a new Block on every turn of the loop: "
+     "nn.ModuleList(Block(d_model, h) for _ in range(L))."),
+    ("shared-attention", dict(share="attn"),
+     "the blocks are distinct but they share one attention module: every layer must own its W_Q, W_K, "
+     "W_V and W_O. Do not assign one block's attn to the others."),
+    ("shared-mlp", dict(share="mlp"),
+     "the blocks are distinct but they share one MLP: every layer must own its W_1 and W_2."),
+    ("wrong-count", dict(count=-1),
+     "the number of blocks is off by one: build exactly L of them (range(L))."),
+    ("wrong-count", dict(count=+1),
+     "the number of blocks is off by one: build exactly L of them (range(L))."),
+])
 
 _CONTENT = ("values", "type", "shape", "length")       # judge's labels for a result that is merely different
 
@@ -145,18 +139,15 @@ def check_build_blocks(fn) -> Verdict:
     if not callable(fn):
         return judge(fn, [], None)
     cases = [(3, 16, 4), (2, 8, 2)]
-    verdict = judge(_summarised(fn), cases, _summarised(_independent), _BUILD_MISTAKES,
-                    success="an nn.ModuleList of L distinct blocks, and no parameter tensor is shared between them.")
-    if verdict.ok or verdict.mistake not in _CONTENT:
-        return verdict
-    for L, d_model, h in cases:                       # say what differs: a count, a type, a shared tensor …
-        try:
-            diagnosis = _judge_stack(fn(L, d_model, h), L, d_model, h)
-        except Exception:  # noqa: BLE001 - it ran once already; keep judge's verdict
-            return verdict
-        if diagnosis is not None:
-            return diagnosis
-    return verdict
+
+    def diagnose(verdict):                             # say what differs: a count, a type, a shared tensor …
+        if verdict.mistake in _CONTENT:
+            return next(filter(None, (_judge_stack(fn(*case), *case) for case in cases)), None)
+        return None
+
+    return judge(lambda L, d_model, h: _summary(fn(L, d_model, h)), cases, _stack, _BUILD_MISTAKES,
+                 success="an nn.ModuleList of L distinct blocks, and no parameter tensor is shared between them.",
+                 diagnose=diagnose)
 
 
 # --- run a stack: block l+1 reads X_l, then the final LayerNorm -------------------------------------------------
@@ -181,46 +172,33 @@ def _fresh_stack(i: int):
     return X0, blocks, ln_f
 
 
-def _run(X0, blocks, ln_f):
-    X = X0
-    for block in blocks:
-        X = block(X)
-    return ln_f(X)
+def _run(X0, blocks, ln_f, *, read_X0=False, norm="end", reverse=False):
+    """Run the stack; every switch's default is right, any other value plants a mistake.
+
+    ``read_X0``: every block reads X₀. ``norm``: ln_f once at the "end", after "every" block, once "first" (on
+    X₀) or "none". ``reverse``: the blocks in reverse order.
+    """
+    X = ln_f(X0) if norm == "first" else X0
+    for block in blocks[::-1] if reverse else blocks:
+        X = block(X0 if read_X0 else X)
+        X = ln_f(X) if norm == "every" else X
+    return ln_f(X) if norm == "end" else X
 
 
-def _x0_every_block(X0, blocks, ln_f):
-    X = X0
-    for block in blocks:
-        X = block(X0)
-    return ln_f(X)
-
-
-def _norm_every_block(X0, blocks, ln_f):
-    X = X0
-    for block in blocks:
-        X = ln_f(block(X))
-    return X
-
-
-_RUN_MISTAKES = [
-    Mistake("x0-every-block",
-            "every block reads X₀, so only the last block's output survives and the earlier layers are wasted. "
-            "Block l+1 must read X_l, the output of block l: X = block(X) inside the loop.",
-            _x0_every_block),
-    Mistake("no-final-norm",
-            "you returned X_L itself: the final LayerNorm ln_f is missing. Return ln_f(X) after the loop.",
-            lambda X0, blocks, ln_f: _run(X0, blocks, nn.Identity())),
-    Mistake("norm-every-block",
-            "you applied ln_f after every block. ln_f is applied once, after the last block; each block already "
-            "normalises its own inputs with its ln_1 and ln_2.",
-            _norm_every_block),
-    Mistake("reversed",
-            "you ran the blocks in reverse order: block 0 reads X₀, block 1 reads X₁, and so on.",
-            lambda X0, blocks, ln_f: _run(X0, blocks[::-1], ln_f)),
-    Mistake("norm-first",
-            "you applied ln_f to X₀ before the blocks. ln_f comes once, after the last block.",
-            lambda X0, blocks, ln_f: _run(ln_f(X0), blocks, nn.Identity())),
-]
+_RUN_MISTAKES = variants(_run, [
+    ("x0-every-block", dict(read_X0=True),
+     "every block reads X₀, so only the last block's output survives and the earlier layers are wasted. "
+     "Block l+1 must read X_l, the output of block l: X = block(X) inside the loop."),
+    ("no-final-norm", dict(norm="none"),
+     "you returned X_L itself: the final LayerNorm ln_f is missing. Return ln_f(X) after the loop."),
+    ("norm-every-block", dict(norm="every"),
+     "you applied ln_f after every block. ln_f is applied once, after the last block; each block already "
+     "normalises its own inputs with its ln_1 and ln_2."),
+    ("reversed", dict(reverse=True),
+     "you ran the blocks in reverse order: block 0 reads X₀, block 1 reads X₁, and so on."),
+    ("norm-first", dict(norm="first"),
+     "you applied ln_f to X₀ before the blocks. ln_f comes once, after the last block."),
+])
 
 
 @checker
@@ -239,28 +217,25 @@ def _windows_cases() -> list[tuple]:
     return [(data, torch.tensor([3, 10, 17]), 5), (data, torch.tensor([1, 22]), 8)]
 
 
-def _slices(data, starts, T, dx, dy):
+def _slices(data, starts, T, *, dx=0, dy=1):
+    """Inputs data[s+dx : s+dx+T] and targets data[s+dy : s+dy+T]; the defaults are right, others plant a mistake."""
     idx = starts[:, None] + torch.arange(T)
     return data[idx + dx], data[idx + dy]
 
 
-_WINDOWS_MISTAKES = [
-    Mistake("no-shift",
-            "your targets equal the inputs: the model would learn to repeat the token it already sees. The target "
-            "at position i is the NEXT token: targets = data[s+1 : s+T+1].",
-            lambda data, starts, T: _slices(data, starts, T, 0, 0)),
-    Mistake("wrong-way",
-            "you shifted the targets the wrong way (data[s-1 : s+T-1]): that asks the model for the PREVIOUS token, "
-            "which it can already see. Shift forward: targets = data[s+1 : s+T+1].",
-            lambda data, starts, T: _slices(data, starts, T, 0, -1)),
-    Mistake("swapped",
-            "inputs and targets are swapped: the inputs are data[s : s+T], the targets the same window one step "
-            "later, data[s+1 : s+T+1].",
-            lambda data, starts, T: _slices(data, starts, T, 1, 0)),
-    Mistake("shift-by-two",
-            "you shifted by two: the target of position i is the token at i + 1, not i + 2.",
-            lambda data, starts, T: _slices(data, starts, T, 0, 2)),
-]
+_WINDOWS_MISTAKES = variants(_slices, [
+    ("no-shift", dict(dy=0),
+     "your targets equal the inputs: the model would learn to repeat the token it already sees. The target "
+     "at position i is the NEXT token: targets = data[s+1 : s+T+1]."),
+    ("wrong-way", dict(dy=-1),
+     "you shifted the targets the wrong way (data[s-1 : s+T-1]): that asks the model for the PREVIOUS token, "
+     "which it can already see. Shift forward: targets = data[s+1 : s+T+1]."),
+    ("swapped", dict(dx=1, dy=0),
+     "inputs and targets are swapped: the inputs are data[s : s+T], the targets the same window one step "
+     "later, data[s+1 : s+T+1]."),
+    ("shift-by-two", dict(dy=2),
+     "you shifted by two: the target of position i is the token at i + 1, not i + 2."),
+])
 
 
 @checker
@@ -356,29 +331,24 @@ def _generate_variant(model, ids, n_new, *, offset_zero=False, attend=attention,
     return ids
 
 
-_GEN_VARIANTS = [
-    Mistake("no-offset",
-            "every new token was placed at position 0. Its position is the number of tokens before it: pass "
-            "offset = len(past) to model.embed_tokens(new, offset) and to block.attn.qkv(x, offset).",
-            lambda m, ids, n: _generate_variant(m, ids, n, offset_zero=True)),
-    Mistake("top-left-mask",
-            "with cached keys, the new query is the LAST position and may read every cached key. Your mask was "
-            "aligned top-left (as F.scaled_dot_product_attention(..., is_causal=True) does when T_q < T_k), so "
-            "the new token read only position 0. Use attention(Q, K, V), whose mask is aligned bottom-right.",
-            lambda m, ids, n: _generate_variant(m, ids, n, attend=_top_left)),
-    Mistake("not-self",
-            "the new token attends to the cached past but not to itself: append its K and V to the cache "
-            "BEFORE attending, so that it reads positions 0…t, itself included.",
-            lambda m, ids, n: _generate_variant(m, ids, n, self_first=False)),
-    Mistake("cache-not-updated",
-            "the cache keeps only the prompt's K and V: each generated token must be appended too, or later "
-            "tokens cannot see the earlier generated ones.",
-            lambda m, ids, n: _generate_variant(m, ids, n, keep_new=False)),
-    Mistake("prompt-unmasked",
-            "the prompt's first pass ran without the causal mask, so the cached K and V of layer 1 and above "
-            "were computed from rows that read later prompt tokens. The first pass is an ordinary causal pass.",
-            lambda m, ids, n: _generate_variant(m, ids, n, causal_prompt=False)),
-]
+_GEN_VARIANTS = variants(_generate_variant, [
+    ("no-offset", dict(offset_zero=True),
+     "every new token was placed at position 0. Its position is the number of tokens before it: pass "
+     "offset = len(past) to model.embed_tokens(new, offset) and to block.attn.qkv(x, offset)."),
+    ("top-left-mask", dict(attend=_top_left),
+     "with cached keys, the new query is the LAST position and may read every cached key. Your mask was "
+     "aligned top-left (as F.scaled_dot_product_attention(..., is_causal=True) does when T_q < T_k), so "
+     "the new token read only position 0. Use attention(Q, K, V), whose mask is aligned bottom-right."),
+    ("not-self", dict(self_first=False),
+     "the new token attends to the cached past but not to itself: append its K and V to the cache "
+     "BEFORE attending, so that it reads positions 0…t, itself included."),
+    ("cache-not-updated", dict(keep_new=False),
+     "the cache keeps only the prompt's K and V: each generated token must be appended too, or later "
+     "tokens cannot see the earlier generated ones."),
+    ("prompt-unmasked", dict(causal_prompt=False),
+     "the prompt's first pass ran without the causal mask, so the cached K and V of layer 1 and above "
+     "were computed from rows that read later prompt tokens. The first pass is an ordinary causal pass."),
+])
 
 
 def _generation(fn):
@@ -407,10 +377,8 @@ def _recomputed(i):
         return model.generate(ids, _GEN_CASES[i][7], use_cache=False), True
 
 
-def _raise(message):
-    def wrong(i):
-        raise _Shortcut(message)
-    return wrong
+def _shortcut(i, *, message):
+    raise _Shortcut(message)
 
 
 _GEN_MISTAKES = [Mistake(m.label, m.hint, _generation(m.wrong)) for m in _GEN_VARIANTS] + [
@@ -422,8 +390,10 @@ _GEN_MISTAKES = [Mistake(m.label, m.hint, _generation(m.wrong)) for m in _GEN_VA
             "your new tokens are right, but return the prompt followed by them, (1, T0 + n_new), as "
             "model.generate does.",
             lambda i: (_recomputed(i)[0][:, _GEN_CASES[i][6]:], True)),
-    Mistake("shortcut", _SHORTCUT_HINT, _raise(_NO_GENERATE)),
-    Mistake("shortcut", _SHORTCUT_HINT, _raise(_NO_CACHED_FORWARD)),
+    *variants(_shortcut, [
+        ("shortcut", dict(message=_NO_GENERATE), _SHORTCUT_HINT),
+        ("shortcut", dict(message=_NO_CACHED_FORWARD), _SHORTCUT_HINT),
+    ]),
 ]
 
 
@@ -454,12 +424,7 @@ def check_cached_generation(fn) -> Verdict:
     position must pass through each layer's projection once."""
     if not callable(fn):
         return judge(fn, [], None)
-    verdict = judge(_generation(fn), [(i,) for i in range(len(_GEN_CASES))], _recomputed, _GEN_MISTAKES,
-                    success="the same tokens as recomputing the whole prefix, with every position projected "
-                            "once per layer.")
-    if verdict.ok or verdict.mistake not in _CONTENT:
-        return verdict
-    try:
-        return _diagnose_generation(fn) or verdict
-    except Exception:  # noqa: BLE001 - it ran once already; keep judge's verdict
-        return verdict
+    return judge(_generation(fn), [(i,) for i in range(len(_GEN_CASES))], _recomputed, _GEN_MISTAKES,
+                 success="the same tokens as recomputing the whole prefix, with every position projected "
+                         "once per layer.",
+                 diagnose=lambda verdict: _diagnose_generation(fn) if verdict.mistake in _CONTENT else None)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tiled import SKIPPED, online_softmax_step, tile_plan
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_online_step", "check_tile_count", "buggy_tiled_attention", "check_fixed_tiled_attention"]
 
@@ -41,52 +41,30 @@ def _step_reference(m, l, S_blk):
     return m_new, l_new
 
 
-def _step_no_rescale(m, l, S_blk):
-    m_new = torch.maximum(m, S_blk.amax(-1))
-    return m_new, l + torch.exp(S_blk - m_new[..., None]).sum(-1)
+def _step(m, l, S_blk, *, rescale: str = "exp(m - m_new)", shift: str = "m_new", running_max: bool = True):
+    """One online-softmax step with the planted mistakes' switches; the defaults are the correct step."""
+    m_new = torch.maximum(m, S_blk.amax(-1)) if running_max else S_blk.amax(-1)
+    r = {"exp(m - m_new)": torch.exp(m - m_new), "exp(m_new - m)": torch.exp(m_new - m), "none": 1.0}[rescale]
+    block = {"m_new": S_blk - m_new[..., None], "m": S_blk - m[..., None], "none": S_blk}[shift]
+    return m_new, r * l + torch.exp(block).sum(-1)
 
 
-def _step_wrong_sign(m, l, S_blk):
-    m_new = torch.maximum(m, S_blk.amax(-1))
-    return m_new, torch.exp(m_new - m) * l + torch.exp(S_blk - m_new[..., None]).sum(-1)
-
-
-def _step_no_max(m, l, S_blk):
-    m_new = torch.maximum(m, S_blk.amax(-1))
-    return m_new, torch.exp(m - m_new) * l + torch.exp(S_blk).sum(-1)
-
-
-def _step_old_max(m, l, S_blk):
-    m_new = torch.maximum(m, S_blk.amax(-1))
-    return m_new, torch.exp(m - m_new) * l + torch.exp(S_blk - m[..., None]).sum(-1)
-
-
-def _step_block_max_only(m, l, S_blk):
-    m_new = S_blk.amax(-1)
-    return m_new, torch.exp(m - m_new) * l + torch.exp(S_blk - m_new[..., None]).sum(-1)
-
-
-_STEP_MISTAKES = [
-    Mistake("no-rescale",
-            "when the maximum grows, the old sum ℓ was measured against the old max: multiply it by "
-            "exp(m − m_new) before adding the new block's exp(s − m_new).",
-            _step_no_rescale),
-    Mistake("wrong-sign",
-            "the rescale factor has the wrong sign: use exp(m − m_new), which is at most 1 (the new max is "
-            "the larger one), not exp(m_new − m).",
-            _step_wrong_sign),
-    Mistake("no-max",
-            "the new block's terms must be exp(s − m_new), not exp(s): ℓ holds sums relative to the running "
-            "max, and without the shift large scores overflow to inf.",
-            _step_no_max),
-    Mistake("old-max",
-            "the new block's terms use the old max m; shift them by the new max: exp(s − m_new).",
-            _step_old_max),
-    Mistake("block-max-only",
-            "m_new must be the largest score so far, max(m, max of the block), not the block's own max: a "
-            "block whose scores are all smaller than m leaves the max where it was.",
-            _step_block_max_only),
-]
+_STEP_MISTAKES = variants(_step, [
+    ("no-rescale", dict(rescale="none"),
+     "when the maximum grows, the old sum ℓ was measured against the old max: multiply it by "
+     "exp(m − m_new) before adding the new block's exp(s − m_new)."),
+    ("wrong-sign", dict(rescale="exp(m_new - m)"),
+     "the rescale factor has the wrong sign: use exp(m − m_new), which is at most 1 (the new max is "
+     "the larger one), not exp(m_new − m)."),
+    ("no-max", dict(shift="none"),
+     "the new block's terms must be exp(s − m_new), not exp(s): ℓ holds sums relative to the running "
+     "max, and without the shift large scores overflow to inf."),
+    ("old-max", dict(shift="m"),
+     "the new block's terms use the old max m; shift them by the new max: exp(s − m_new)."),
+    ("block-max-only", dict(running_max=False),
+     "m_new must be the largest score so far, max(m, max of the block), not the block's own max: a "
+     "block whose scores are all smaller than m leaves the max where it was."),
+])
 
 
 @checker
@@ -202,18 +180,17 @@ _FIX_MISTAKES = [
             "second block raises the running max, ℓ is rescaled by exp(m − m_new). Is everything else that "
             "was summed against the old max rescaled too?",
             buggy_tiled_attention),
-    Mistake("wrong-sign",
-            "the running output must be multiplied by exp(m − m_new), the same factor as ℓ (at most 1), not "
-            "divided by it.",
-            lambda *a: _tiled_variant(*a, O_update="wrong-sign")),
-    Mistake("rescale-after-add",
-            "you rescale O after adding the new block's P @ V, so the new block is scaled down too. Rescale "
-            "the old O first, then add: O = exp(m − m_new) · O + P @ V.",
-            lambda *a: _tiled_variant(*a, O_update="after")),
-    Mistake("moved-rescale",
-            "the output is rescaled now, but ℓ no longer is. Both were summed against the old max, so both "
-            "need the factor exp(m − m_new).",
-            lambda *a: _tiled_variant(*a, l_rescaled=False)),
+    *variants(_tiled_variant, [
+        ("wrong-sign", dict(O_update="wrong-sign"),
+         "the running output must be multiplied by exp(m − m_new), the same factor as ℓ (at most 1), not "
+         "divided by it."),
+        ("rescale-after-add", dict(O_update="after"),
+         "you rescale O after adding the new block's P @ V, so the new block is scaled down too. Rescale "
+         "the old O first, then add: O = exp(m − m_new) · O + P @ V."),
+        ("moved-rescale", dict(l_rescaled=False),
+         "the output is rescaled now, but ℓ no longer is. Both were summed against the old max, so both "
+         "need the factor exp(m − m_new)."),
+    ]),
 ]
 
 
