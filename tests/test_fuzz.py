@@ -1371,3 +1371,22 @@ def test_a_mask_means_what_its_axes_say_and_an_ambiguous_or_inverted_one_is_name
     else:
         mask = ~causal_mask(T, dtype=torch.bool) if kind == "inverted" else torch.zeros(T, T, dtype=torch.bool)
         rejects_at_boundary(lambda: call(mask), "True = may attend", "~mask", str(tuple(mask.shape)))
+
+
+@pytest.mark.parametrize("build, size", [
+    (lambda: MultiHeadAttention(200_000, 4), "d_model=200000"),
+    (lambda: MLP(10**6, 10**6), "d_model=1000000, d_ff=1000000"),
+    (lambda: Block(100_000, 4), "d_model=100000"),
+    (lambda: TokenEmbedding(10**11, 64), "vocab_size=100000000000"),
+    (lambda: LearnedPositions(10**11, 64), "max_T=100000000000"),
+    (lambda: Projections(10**6, 10**5), "d_k=100000"),
+    (lambda: FusedProjections(10**6, 10**5), "d_k=100000"),
+    (lambda: SingleHeadAttention(10**6, 10**5), "d_k=100000"),
+])
+def test_a_layer_too_large_for_memory_names_the_size_that_asks(build, size):
+    """Every module that allocates weights says which size asked for how many bytes, before the allocator fails."""
+    with pytest.raises(MemoryError) as e:
+        build()
+    assert size in str(e.value) and "bytes" in str(e.value), str(e.value)
+    with torch.device("meta"):
+        build()                          # on meta nothing is allocated: no limit

@@ -20,12 +20,13 @@ import inspect
 import math
 import numbers
 import operator
+import os
 
 import numpy as np
 import torch
 
 __all__ = [
-    "boundary", "inside_boundary",
+    "boundary", "inside_boundary", "require_fits",
     "require_tensor", "require_shape", "require_same", "require_like", "require_input", "require_batch",
     "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
     "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
@@ -610,3 +611,24 @@ def require_attention_mask(mask, shape, *, like: torch.Tensor, causal: bool, nam
                              "expected True = may attend, as F.scaled_dot_product_attention reads it; a mask with "
                              "True = blocked (nn.MultiheadAttention's convention) must be inverted, ~mask")
     return mask
+
+
+def require_fits(owner: str, parameters: dict[str, int]) -> None:
+    """Fail before allocating when parameters cannot fit in this machine's memory, naming the size that asks most.
+
+    parameters: each size as it was given (``"vocab_size=50257"``) → the number of entries it brings. Nothing is
+    checked where nothing is allocated here (the meta device, an accelerator) or the memory size is unknown.
+    """
+    if torch.get_default_device().type != "cpu" or not hasattr(os, "sysconf"):
+        return
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return
+    width = torch.empty((), dtype=torch.get_default_dtype()).element_size()
+    total = sum(parameters.values())
+    if total * width > memory:
+        name = max(parameters, key=parameters.get)
+        raise MemoryError(f"{owner} asks for about {total:,} parameters, {total * width:,} bytes of "
+                          f"{torch.get_default_dtype()}, more than this machine's {memory:,} bytes of memory; the "
+                          f"most is for {name}: {parameters[name] * width:,} bytes")

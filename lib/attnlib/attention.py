@@ -19,6 +19,7 @@ from ._validate import (
     require_batch,
     require_device,
     require_dtype,
+    require_fits,
     require_flags,
     require_input,
     require_is_pad,
@@ -254,6 +255,7 @@ def _attention_args(Q, K, V, causal, return_weights, mask) -> dict:
 
 def _single_head_init_args(self, d_model, d_k, d_v) -> dict:
     d_model, d_k, d_v = require_positive(d_model=d_model, d_k=d_k, d_v=d_k if d_v is None else d_v)
+    require_fits("this attention head", {f"d_model={d_model}, d_k={d_k}, d_v={d_v}": d_model * (2 * d_k + d_v)})
     return {"d_model": d_model, "d_k": d_k, "d_v": d_v}
 
 

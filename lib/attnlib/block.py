@@ -10,7 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import boundary, require_choice, require_flags, require_input, require_number, require_positive
+from ._validate import (
+    boundary,
+    require_choice,
+    require_fits,
+    require_flags,
+    require_input,
+    require_number,
+    require_positive,
+)
 from .heads import KVCache, MultiHeadAttention, _layer_call_args, _mha_init_args
 
 __all__ = ["MLP", "Block"]
@@ -77,6 +85,7 @@ class Block(nn.Module):
 def _mlp_init_args(self, d_model, d_ff, bias, gelu) -> dict:
     d_model, d_ff = require_positive(d_model=d_model, d_ff=d_ff)
     bias, = require_flags(bias=bias)
+    require_fits("this MLP", {f"d_model={d_model}, d_ff={d_ff}": 2 * d_model * d_ff})
     return {"d_model": d_model, "d_ff": d_ff, "bias": bias, "gelu": require_choice(gelu, "gelu", ("exact", "tanh"))}
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import boundary, require_ids, require_nonnegative, require_positive, require_readable, require_shape
+from ._validate import (
+    boundary,
+    require_fits,
+    require_ids,
+    require_nonnegative,
+    require_positive,
+    require_readable,
+    require_shape,
+)
 
 __all__ = ["TokenEmbedding", "require_ids", "one_hot_embedding", "running_X0"]
 
@@ -68,6 +76,7 @@ def _one_hot_args(ids, table) -> dict:
 
 def _init_args(self, vocab_size, d_model) -> dict:
     vocab_size, d_model = require_positive(vocab_size=vocab_size, d_model=d_model)
+    require_fits("this embedding table", {f"vocab_size={vocab_size}, d_model={d_model}": vocab_size * d_model})
     return {"vocab_size": vocab_size, "d_model": d_model}
 
 

@@ -23,6 +23,7 @@ from ._validate import (
     require_cache,
     require_choice,
     require_divisible,
+    require_fits,
     require_flags,
     require_input,
     require_kv_heads,
@@ -200,6 +201,7 @@ def _mha_init_args(self, d_model, h, h_kv, bias, rope, backend) -> dict:
     if rope and d_head % 2:
         raise ValueError(f"rope=True rotates pairs of dimensions, so d_head = d_model / h must be even, "
                          f"got d_head={d_head} (d_model={d_model}, h={h})")
+    require_fits("this attention layer", {f"d_model={d_model}": 2 * d_model * d_model + 2 * d_model * h_kv * d_head})
     return {"d_model": d_model, "h": h, "h_kv": h_kv, "bias": bias, "rope": rope, "backend": backend}
 
 

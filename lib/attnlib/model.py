@@ -6,7 +6,6 @@ Each block has its own parameters: the structure repeats, the weights do not. Ev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from ._validate import (
     require_caches,
     require_choice,
     require_divisible,
+    require_fits,
     require_flags,
     require_ids,
     require_is_pad,
@@ -241,30 +241,14 @@ def _as_config(config, sizes: tuple, options: dict) -> GPTConfig:
     return config
 
 
-def _parameter_sizes(c: GPTConfig) -> dict[str, int]:
-    """The config's large weights, by the size that asks for them: name → entries (biases left out)."""
-    block = c.d_model * (c.h + 2 * c.h_kv) * c.d_head + c.d_model ** 2 + 2 * c.d_model * c.d_ff
-    return {"vocab_size": c.vocab_size * c.d_model * (1 if c.tie else 2),
-            "max_T": c.max_T * c.d_model if c.pos == "learned" else 0, "L": c.L * block}
-
-
 def _require_fits(c: GPTConfig) -> None:
-    """A model that cannot fit in this machine's memory fails here, naming the size that asks for the most,
+    """A model that cannot fit in memory fails here, naming the size that asks for the most (biases left out),
     instead of in the allocator (or in the operating system, after it has swapped for minutes)."""
-    if torch.get_default_device().type != "cpu" or not hasattr(os, "sysconf"):
-        return   # built on meta (no memory) or another device; or no way to ask for the memory size
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return
-    sizes = _parameter_sizes(c)
-    width = torch.empty((), dtype=torch.get_default_dtype()).element_size()
-    if sum(sizes.values()) * width > memory:
-        name = max(sizes, key=sizes.get)
-        raise MemoryError(f"this GPTConfig asks for about {sum(sizes.values()):,} parameters, "
-                          f"{sum(sizes.values()) * width:,} bytes of {torch.get_default_dtype()}, more than this "
-                          f"machine's {memory:,} bytes of memory; the most is for {name}={getattr(c, name)}: "
-                          f"{sizes[name] * width:,} bytes (d_model={c.d_model})")
+    block = c.d_model * (c.h + 2 * c.h_kv) * c.d_head + c.d_model ** 2 + 2 * c.d_model * c.d_ff
+    require_fits("this GPTConfig", {
+        f"vocab_size={c.vocab_size} (d_model={c.d_model})": c.vocab_size * c.d_model * (1 if c.tie else 2),
+        f"max_T={c.max_T} (d_model={c.d_model})": c.max_T * c.d_model if c.pos == "learned" else 0,
+        f"L={c.L} blocks (d_model={c.d_model}, d_ff={c.d_ff})": c.L * block})
 
 
 # ------------------------------------------------------------------------------ the entry points' checks

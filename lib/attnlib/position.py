@@ -11,6 +11,7 @@ from torch import nn
 
 from ._validate import (
     boundary,
+    require_fits,
     require_nonnegative,
     require_number,
     require_positions_on,
@@ -105,6 +106,7 @@ def _sinusoidal_args(T, d_model, base) -> dict:
 
 def _learned_init_args(self, max_T, d_model) -> dict:
     max_T, d_model = require_positive(max_T=max_T, d_model=d_model)
+    require_fits("this position table", {f"max_T={max_T}, d_model={d_model}": max_T * d_model})
     return {"max_T": max_T, "d_model": d_model}
 
 

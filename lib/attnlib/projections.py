@@ -12,6 +12,7 @@ from torch import nn
 from ._validate import (
     boundary,
     require_batch,
+    require_fits,
     require_flags,
     require_input,
     require_positive,
@@ -94,6 +95,7 @@ def _project_args(X, W) -> dict:
 def _init_args(self, d_model, d_k, d_v, bias) -> dict:
     d_model, d_k, d_v = require_positive(d_model=d_model, d_k=d_k, d_v=d_k if d_v is None else d_v)
     bias, = require_flags(bias=bias)
+    require_fits("this projection layer", {f"d_model={d_model}, d_k={d_k}, d_v={d_v}": d_model * (2 * d_k + d_v)})
     return {"d_model": d_model, "d_k": d_k, "d_v": d_v, "bias": bias}
 
 
