@@ -1390,3 +1390,20 @@ def test_a_layer_too_large_for_memory_names_the_size_that_asks(build, size):
     assert size in str(e.value) and "bytes" in str(e.value), str(e.value)
     with torch.device("meta"):
         build()                          # on meta nothing is allocated: no limit
+
+
+@pytest.mark.parametrize("draw", ["attention_heatmap", "mask_picture", "heads_grid"])
+def test_a_figure_of_a_meta_tensor_says_it_holds_no_values(draw):
+    from attnlib import plots
+
+    table = torch.zeros(2, 3, 3, device="meta") if draw == "heads_grid" else torch.zeros(3, 3, device="meta")
+    rejects_at_boundary(lambda: getattr(plots, draw)(table, list("abc")), "meta", "no values")
+
+
+@pytest.mark.parametrize("vocab_size", [0, -1])
+def test_a_vocabulary_of_no_tokens_is_named_as_such(vocab_size):
+    from attnlib._validate import require_id_list, require_ids
+
+    rejects_at_boundary(lambda: require_ids(torch.tensor([1]), vocab_size), "vocab_size", str(vocab_size))
+    rejects_at_boundary(lambda: require_id_list([1], vocab_size), "vocab_size", str(vocab_size))
+    rejects_at_boundary(lambda: require_id_list(torch.tensor([1], device="meta"), 5), "meta")

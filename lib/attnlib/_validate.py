@@ -293,6 +293,7 @@ def require_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor |
     ``like`` (a weight) also pins the device. An empty batch (B = 0) is allowed, an empty sequence is not.
     """
     require_tensor(ids, name)
+    vocab_size, = require_positive(vocab_size=vocab_size)
     if ids.dtype not in _ID_DTYPES:
         raise TypeError(f"{name} must be an integer tensor (torch.long), got dtype {ids.dtype}")
     if ids.dim() not in (1, 2):
@@ -312,6 +313,9 @@ def require_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor |
 
 def require_id_list(ids, vocab_size: int, name: str = "ids") -> list[int]:
     """One sequence of token IDs (a (T,) integer tensor or array, or a list of ints) as a list of ints."""
+    vocab_size, = require_positive(vocab_size=vocab_size)
+    if isinstance(ids, torch.Tensor):
+        require_readable(ids, name)
     if isinstance(ids, (torch.Tensor, np.ndarray)):
         if ids.ndim != 1:
             raise ValueError(f"{name} must be one sequence (T,), got shape {tuple(ids.shape)}; decode each row")

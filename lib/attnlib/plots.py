@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 
-from ._validate import require_flags, require_labels, require_number, require_positive
+from ._validate import require_flags, require_labels, require_number, require_positive, require_readable
 from .text import labels
 
 __all__ = ["attention_heatmap", "mask_picture", "heads_grid", "labels", "PIPELINE", "pipeline_figure", "save_pipeline"]
@@ -20,6 +20,7 @@ def _table(W, name: str, dims: str) -> np.ndarray:
     if isinstance(W, torch.Tensor):
         if W.dtype == torch.bool or W.is_complex():
             raise TypeError(f"{name} must hold real numbers, got dtype {W.dtype}")
+        require_readable(W, name)   # a meta tensor holds no values to draw
         W = W.detach().cpu().float().numpy()
     else:
         try:
