@@ -67,6 +67,14 @@ def assert_named(verdict, label: str, *fragments: str) -> None:
     assert not missing, (missing, verdict)
 
 
+def assert_each_mistake_named(check, mistakes) -> None:
+    """The checker names every planted mistake of its table as itself, with that mistake's own hint."""
+    for m in mistakes:
+        verdict = check(m.wrong)
+        assert_named(verdict, m.label)
+        assert verdict.message == m.hint, (m.label, verdict)
+
+
 def stub(*args):
     """An exercise's stub, untouched: the learner edition's function body is `raise NotImplementedError`."""
     raise NotImplementedError

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib.checks import check_layer_norm, check_mlp, check_mlp_flops, check_pre_norm_block, check_rms_norm
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
+from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
 
 # ------------------------------------------------------------------------------------------ LayerNorm
@@ -270,10 +270,7 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
         (check_pre_norm_block, block._PRE_MISTAKES, blocks, lambda X, b: b(X)),
         (check_rms_norm, block._RMS_MISTAKES, block._rms_cases(), block._rms_norm),
     ]:
-        for m in mistakes:
-            v = check(m.wrong)
-            assert_named(v, m.label)
-            assert v.message == m.hint, (m.label, v)
+        assert_each_mistake_named(check, mistakes)
         with torch.no_grad():
             assert_mistakes_distinct(cases[1], reference, mistakes)
 

@@ -17,7 +17,7 @@ from attnlib.checks import (
     check_multi_head,
     check_split_heads,
 )
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
+from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
 
 def future(T):
@@ -257,10 +257,7 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
         (check_multi_head, heads._MHA_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
         (check_fixed_multi_head, heads._FIX_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
     ]:
-        for m in mistakes:
-            v = check(m.wrong)
-            assert_named(v, m.label)
-            assert v.message == m.hint, (m.label, v)
+        assert_each_mistake_named(check, mistakes)
         assert_mistakes_distinct(cases[0], reference, mistakes)
 
 

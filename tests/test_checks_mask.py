@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnlib.checks import check_causal_mask, check_masked_weights, check_padded_causal_weights
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
+from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
 NEG_INF = float("-inf")
 
@@ -309,10 +309,7 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
         (check_masked_weights, mask._WEIGHTS_MISTAKES, mask._scores_cases(), mask._weights_reference),
         (check_padded_causal_weights, mask._PADDED_MISTAKES, mask._padded_cases(), mask._padded_reference),
     ]:
-        for m in mistakes:
-            v = check(m.wrong)
-            assert_named(v, m.label)
-            assert v.message == m.hint, (m.label, v)
+        assert_each_mistake_named(check, mistakes)
         assert_mistakes_distinct(cases[0], reference, mistakes)
 
 

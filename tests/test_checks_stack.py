@@ -14,7 +14,7 @@ from attnlib.checks import (
     check_next_token_windows,
     check_run_stack,
 )
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
+from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
 # --- build_blocks -------------------------------------------------------------------------------------------------
 
@@ -340,10 +340,7 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
         (check_run_stack, stack._RUN_MISTAKES, [stack._fresh_stack(0)], stack._run),
         (check_next_token_windows, stack._WINDOWS_MISTAKES, stack._windows_cases(), stack.next_token_windows),
     ]:
-        for m in mistakes:
-            v = check(m.wrong)
-            assert_named(v, m.label)
-            assert v.message == m.hint, (m.label, v)
+        assert_each_mistake_named(check, mistakes)
         with torch.no_grad():
             assert_mistakes_distinct(cases[0], reference, mistakes)
     assert_mistakes_distinct((3, 16, 4), stack._stack, stack._BUILD_MISTAKES)
