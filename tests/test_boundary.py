@@ -174,7 +174,7 @@ def test_ops_called_takes_one_pattern_as_a_whole_word():
     assert ops_called(lambda: x @ x, match="am") == []     # not the letters 'a' and 'm' one by one
 
 
-# ---------------------------------------------------------------------------------------------- one boundary (issue 19)
+# ---------------------------------------------------------------------------------------------- one boundary
 
 
 def _shown():

@@ -1175,7 +1175,7 @@ def test_a_seed_that_is_not_an_integer_is_rejected_not_truncated(seed):
     rejects_at_boundary(lambda: runtime.setup(seed), "seed", "integer")
 
 
-# ------------------------------------------------------------------ issue 19: the model's config and entry points
+# ------------------------------------------------------------------ the model's config and entry points
 
 
 def _tiny_gpt(**options):
@@ -1291,7 +1291,7 @@ def test_the_induction_recipe_checks_its_arguments():
         induction.load_models("absent.safetensors")
 
 
-# ---------------------------------------------------------------------------------- stage modules: holes (issue 19)
+# ------------------------------------------------------------------------- stage modules: the holes at the boundary
 
 _META_IDS = torch.zeros(2, 3, dtype=torch.long, device="meta")
 
