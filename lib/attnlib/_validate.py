@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "boundary", "inside_boundary", "require_fits",
+    "boundary", "require_fits",
     "require_tensor", "require_shape", "require_same", "require_like", "require_input", "require_batch",
     "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
     "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
@@ -78,10 +78,6 @@ def boundary(spec):
 
     return wrap
 
-
-def inside_boundary() -> bool:
-    """Whether a boundary's call is running (its arguments are checked already)."""
-    return _INSIDE.get()
 
 
 def _show(v) -> str:

@@ -22,10 +22,6 @@ __all__ = ["check_layer_norm", "check_mlp", "check_pre_norm_block", "check_mlp_f
 EPS = 1e-5   # the LayerNorm epsilon of torch and of the library
 
 
-def _not_callable(fn) -> Verdict:
-    return judge(fn, [], None)      # judge's own verdict for an answer that is not a function
-
-
 # ------------------------------------------------------------------------------------------------ LayerNorm
 def _norm_cases():
     """(X, gamma, beta) built fresh: rows far from mean 0 and std 1, and one row of tiny variance (ε matters)."""
