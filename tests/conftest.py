@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
+import re
+import tokenize
 
 # ---------------------------------------------------------------------------------------------------------------
 # The second kernel path. `make notebooks` stores every output on a machine's own, fastest path; the suite then
@@ -69,10 +72,60 @@ def assert_named(verdict, label: str, *fragments: str) -> None:
 
 def assert_each_mistake_named(check, mistakes) -> None:
     """The checker names every planted mistake of its table as itself, with that mistake's own hint."""
+    from attnlib.checks._core import MORE
+
     for m in mistakes:
         verdict = check(m.wrong)
         assert_named(verdict, m.label)
-        assert verdict.message == m.hint, (m.label, verdict)
+        assert verdict.message == m.hint + (MORE if m.more else ""), (m.label, verdict)
+
+
+# What counts as a hint that gives the fix away (tests/test_exercise_hints.py): a backticked expression of the
+# solution's code, or a run of HINT_RUN of its tokens in a row, that the learner does not already have.
+HINT_RUN = 5
+TOKEN = re.compile(r"\w+|\*\*|//|[-+*/@%<>=!]=?|\S")
+BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def _tokens(text: str) -> list[str]:
+    """The tokens of code or prose alike; both quote characters count as one."""
+    return TOKEN.findall(text.replace("'", '"'))
+
+
+def _code_tokens(source: str) -> list[str]:
+    """The tokens of Python code without its comments (a comment is prose, not the fix)."""
+    try:
+        kept = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                  tokenize.DEDENT, tokenize.ENDMARKER)]
+    except (tokenize.TokenError, SyntaxError):
+        kept = [source]
+    return _tokens(" ".join(kept))
+
+
+def _runs(ts: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(ts[i:i + n]) for i in range(len(ts) - n + 1)}
+
+
+def _contains(haystack: list[str], needle: list[str]) -> bool:
+    return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+def hint_leak(text: str, solution: str, known_text: str = "", known_code: str = "") -> str | None:
+    """The part of a hint ``text`` that is ``solution``'s code and not already in what the learner has (the
+    exercise's ``known_text`` and the stub's ``known_code``), or None."""
+    secret = _code_tokens(solution)
+    known = _tokens(known_text) + ["<>"] + _code_tokens(known_code)
+    secret_runs, known_runs = _runs(secret, HINT_RUN), _runs(known, HINT_RUN)
+    for run in _runs(_tokens(text), HINT_RUN):
+        if run in secret_runs and run not in known_runs:
+            return " ".join(run)
+    for span in BACKTICKED.findall(text):
+        ts = _tokens(span)
+        if len(ts) >= 2 and any(not t.isidentifier() for t in ts) and _contains(secret, ts) \
+                and not _contains(known, ts):
+            return span
+    return None
 
 
 def stub(*args):
@@ -92,11 +145,12 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
 
 # How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take whole files, one at
 # a time: a file's module fixtures are built once, and nbval runs a notebook's cells in order in one kernel, which
-# it needs (DESIGN). The one exception is SPREAD, the learner-notebook runs, the slowest test of the suite: each of
-# its notebooks is a unit of its own, so they spread over the workers. Units are handed out in collection order,
+# it needs (DESIGN). The exceptions are SPREAD, the learner-notebook runs, the slowest tests of the suite: each of
+# their notebooks is a unit of its own, so they spread over the workers. Units are handed out in collection order,
 # the slowest files first: one collected last would keep a worker busy while the others sit idle.
 SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py")
-SPREAD = "test_learner_notebook_runs_and_every_checker_says_not_yet"
+SPREAD = ("test_learner_notebook_runs_and_every_checker_says_not_yet",
+          "test_every_solution_pasted_over_its_stub_passes")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -115,7 +169,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class FilesAndSpread(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid if nodeid.split("::")[-1].startswith(SPREAD + "[") else super()._split_scope(nodeid)
+            test = nodeid.split("::")[-1].split("[")[0]
+            return nodeid if test in SPREAD and "[" in nodeid else super()._split_scope(nodeid)
 
     config.option.loadscopereorder = False    # xdist would hand out the units with the most tests first
     return FilesAndSpread(config, log)

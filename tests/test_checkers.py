@@ -3,7 +3,8 @@
 The chapter files (test_checks_<chapter>.py) prove that each checker accepts its solution and names each planted
 mistake; this file covers the behaviour they all share: a checker never raises, recognises the stub, leaves the
 learner's random state alone, compares tuples element by element, blames a planted mistake only for the same
-error, and cannot be fooled by a function that changes its inputs in place.
+error and only when it matches on every case, names an answer that changes its inputs in place or shares a
+parameter with them, compares dtype and device, and keeps its second hint level for ``hint=2``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from attnlib import Block, attention, checks, merge_heads
+from attnlib import checks
 from attnlib.checks import _core
-from attnlib.checks._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
+from attnlib.checks._core import Group, Guess, Mistake, Verdict, checker, judge, judge_number, named, progress, variants
 from conftest import assert_accepted, assert_named, stub
 
 CHECKERS = [getattr(checks, name) for name in checks.__all__ if name.startswith("check_")]
@@ -204,32 +205,9 @@ def test_a_checker_leaves_the_learners_random_state_alone_on_wrong_answers(check
         assert torch.equal(got, want), f"{getattr(answer, '__name__', answer)!r}: the global generator moved"
 
 
-def cached_generation(model, ids, n_new):
-    """Greedy generation that keeps each layer's K and V: a correct answer to check_cached_generation."""
-    past = [None] * len(model.blocks)
-    out, new = ids, ids
-    for _ in range(n_new):
-        offset = out.shape[1] - new.shape[1]
-        X = model.embed_tokens(new, offset)
-        for l, block in enumerate(model.blocks):
-            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
-            if past[l] is not None:
-                K, V = torch.cat([past[l][0], K], dim=-2), torch.cat([past[l][1], V], dim=-2)
-            past[l] = K, V
-            X = X + block.attn.W_O(merge_heads(attention(Q, K, V)))
-            X = X + block.mlp(block.ln_2(X))
-        new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
-        out = torch.cat([out, new], dim=1)
-    return out
-
-
 # Correct answers for the checkers that are not built on judge or judge_number (the fixture cannot make those
 # judge their own reference). Each entry is the tuple of answers the checker takes.
-CORRECT = {
-    "check_build_blocks": (lambda L, d_model, h: nn.ModuleList(Block(d_model, h) for _ in range(L)),),
-    "check_changed_positions": ([3], [3, 4, 5, 6]),       # token 3 of 7 edited: the MLP, then the block
-    "check_cached_generation": (cached_generation,),
-}
+CORRECT: dict[str, tuple] = {}
 
 
 @pytest.mark.parametrize("check", ALL, ids=ids(ALL))
@@ -369,30 +347,56 @@ def _apply(x, lin):
     return lin(x)
 
 
-def test_a_learner_who_changes_the_inputs_in_place_changes_no_verdict():
+def test_an_answer_that_changes_its_input_in_place_is_named_with_the_argument():
     saved_x, saved_w = CACHED[0][0].clone(), CACHED[0][1].weight.detach().clone()
 
     def correct_then_vandal(x, lin):
         out = lin(x)
-        with torch.no_grad():
-            lin.weight.zero_()
-            lin.bias.zero_()
         x.fill_(7.0)
         return out
 
-    def vandal_then_zeros(x, lin):
-        x.zero_()
+    def changes_the_layer(x, lin):
+        out = lin(x)
         with torch.no_grad():
-            lin.weight.fill_(1.0)
-        return torch.zeros(2, 3)
+            lin.bias.zero_()
+        return out
 
-    mistakes = [Mistake("no-bias", "add the bias.", lambda x, lin: x @ lin.weight.T)]
-    # the reference and the mistakes see untouched inputs, so the output computed before the damage is right
-    assert judge(correct_then_vandal, CACHED, _apply, mistakes).ok
-    assert not judge(vandal_then_zeros, CACHED, _apply, mistakes).ok
+    assert_named(judge(correct_then_vandal, CACHED, _apply), "in-place", "input x")
+    assert_named(judge(changes_the_layer, CACHED, _apply), "in-place", "lin.bias")
+    # the cases themselves, the reference and a later verdict are untouched
     assert torch.equal(CACHED[0][0], saved_x) and torch.equal(CACHED[0][1].weight, saved_w)
-    assert judge(_apply, CACHED, _apply, mistakes).ok                    # a later verdict is unchanged
-    assert_named(judge(lambda x, lin: x @ lin.weight.T, CACHED, _apply, mistakes), "no-bias")
+    assert judge(_apply, CACHED, _apply).ok
+
+
+@pytest.mark.parametrize("write", [
+    lambda S: S.add_(1.0),
+    lambda S: S.masked_fill_(S > 0, 0.0),
+    lambda S: S.exp_(),
+    lambda S: S.__isub__(S.mean()),
+    lambda S: S.__setitem__((0, 0), 5.0),
+])
+def test_each_kind_of_in_place_write_is_named(write):
+    def answer(S):
+        out = 2 * S
+        write(S)
+        return out
+
+    assert_named(judge(answer, [(torch.randn(3, 3),)], lambda S: 2 * S), "in-place", "S")
+
+
+def test_an_argument_the_exercise_may_change_is_exempt():
+    def appends(cache, x):
+        cache.append(x)
+        return x * 2
+
+    def updates(acc, x):
+        acc += x
+        return acc.clone()
+
+    assert judge(appends, [([], torch.ones(2))], lambda cache, x: x * 2, mutable=(0,)).ok
+    assert_named(judge(appends, [([], torch.ones(2))], lambda cache, x: x * 2), "in-place", "cache")
+    assert judge(updates, [(torch.zeros(2), torch.ones(2))], lambda acc, x: acc + x, mutable=("acc",)).ok
+    assert_named(judge(updates, [(torch.zeros(2), torch.ones(2))], lambda acc, x: acc + x), "in-place", "acc")
 
 
 def test_tensors_shared_inside_one_case_stay_shared_in_the_learners_copy():
@@ -401,11 +405,126 @@ def test_tensors_shared_inside_one_case_stay_shared_in_the_learners_copy():
     case = (x, x)
 
     def aliased(a, b):
-        a.add_(1.0)                     # b is the same tensor as a: it sees the change
-        return b.clone()
+        return b.clone() if a is b else None
 
-    assert judge(aliased, [case], lambda a, b: b + 1.0).ok
+    assert judge(aliased, [case], lambda a, b: b.clone()).ok
     assert torch.equal(case[0], x) and case[0] is case[1]
+
+
+def _copy_layer(lin):
+    new = nn.Linear(lin.in_features, lin.out_features)
+    with torch.no_grad():
+        new.weight.copy_(lin.weight)
+        new.bias.copy_(lin.bias)
+    return new
+
+
+def test_a_new_layer_that_shares_a_parameter_with_its_input_is_named():
+    def shares(lin):
+        new = nn.Linear(lin.in_features, lin.out_features)
+        new.weight = lin.weight
+        with torch.no_grad():
+            new.bias.copy_(lin.bias)
+        return new
+
+    case = [(nn.Linear(3, 2),)]
+    assert_named(judge(shares, case, _copy_layer), "shared-parameters", "weight")
+    assert judge(_copy_layer, case, _copy_layer).ok
+
+
+def test_a_module_is_compared_by_its_parameters():
+    case = [(nn.Linear(3, 2),)]
+
+    def no_bias(lin):
+        new = nn.Linear(3, 2, bias=False)
+        with torch.no_grad():
+            new.weight.copy_(lin.weight)
+        return new
+
+    def wider(lin):
+        return nn.Linear(3, 4)
+
+    def zeroed(lin):
+        return nn.Linear(3, 2).requires_grad_(False).apply(lambda m: [p.zero_() for p in m.parameters()])
+
+    assert_named(judge(no_bias, case, _copy_layer), "structure", "lacks bias")
+    assert_named(judge(wider, case, _copy_layer), "structure", "weight", "(4, 3)")
+    assert_named(judge(zeroed, case, _copy_layer), "values", "weight")
+    assert_named(judge(lambda lin: lin.weight.detach().clone(), case, _copy_layer), "type", "module")
+
+
+def test_dtype_and_device_are_compared_after_the_values():
+    cases = [(torch.randn(4),)]
+    assert_named(judge(lambda x: (2 * x).double(), cases, lambda x: 2 * x), "dtype", "float64", "float32")
+    assert_named(judge(lambda x: 2 * x > 0, cases, lambda x: (2 * x > 0).float()), "dtype", "torch.bool")
+    assert_named(judge(lambda x: (2 * x).to("meta"), cases, lambda x: 2 * x), "device", "meta")
+    # a wrong value in another dtype is judged on its values first
+    assert_named(judge(lambda x: (3 * x).double(), cases, lambda x: 2 * x), "values")
+
+
+def test_a_mistake_is_named_only_when_it_matches_on_every_case():
+    cases = [(torch.tensor([1.0, 2.0]),), (torch.tensor([-1.0, 3.0]),)]
+    mistakes = [Mistake("abs", "did you drop the sign?", lambda x: x.abs())]
+    # x.abs() equals x on the first case only: an answer that clamps at 0 is not "abs"
+    assert_named(judge(lambda x: x.abs(), cases, lambda x: x, mistakes), "abs")
+    assert judge(lambda x: x.clamp(min=0) * 0 + 5, cases, lambda x: x, mistakes).mistake == "values"
+    half = lambda x: x if x[0] > 0 else x * 0.5
+    assert judge(lambda x: x + 1, cases, lambda x: x, mistakes + [Mistake("p", "?", lambda x: x + 1)]).mistake == "p"
+    assert judge(half, cases, lambda x: x, mistakes).mistake == "values"
+
+
+def test_groups_are_all_searched_before_a_mistake_is_named():
+    groups = [Group([(torch.tensor([1.0, 2.0]),)], 1e-5), Group([(torch.tensor([-1.0, 2.0]).half(),)], 1e-2)]
+    mistakes = [Mistake("abs", "did you drop the sign?", lambda x: x.abs())]
+    assert_named(judge(lambda x: x.abs(), groups, lambda x: x, mistakes), "abs")
+    assert judge(lambda x: x.abs() if x.dtype == torch.float32 else x + 1, groups, lambda x: x,
+                 mistakes).mistake == "values"
+
+
+WRONG = variants(lambda x, *, k: k * x, [
+    ("triple", {"k": 3.0}, "is each value scaled once?", "you multiplied by 3 where the rule doubles."),
+    ("half", {"k": 0.5}, "compare the size of your values with the inputs'."),
+])
+
+
+@checker(mistakes=WRONG)
+def check_demo_levels(fn) -> Verdict:
+    return judge(fn, [(torch.arange(1.0, 4.0),)], lambda x: 2 * x, WRONG)
+
+
+def test_the_first_hint_points_and_the_second_says_more():
+    first, second = check_demo_levels(WRONG[0].wrong), check_demo_levels(WRONG[0].wrong, hint=2)
+    assert_named(first, "triple", "is each value scaled once?", "hint=2")
+    assert_named(second, "triple", "you multiplied by 3")
+    assert "hint=2" not in second.message
+    # a mistake with no second level says the same at both levels, without pointing to hint=2
+    assert check_demo_levels(WRONG[1].wrong).message == check_demo_levels(WRONG[1].wrong, hint=2).message
+    assert "hint=2" not in check_demo_levels(WRONG[1].wrong).message
+
+
+def test_the_second_level_of_a_generic_difference_says_where():
+    v1, v2 = check_demo_levels(lambda x: 2 * x + (x == 2)), check_demo_levels(lambda x: 2 * x + (x == 2), hint=2)
+    assert_named(v1, "values", "hint=2")
+    assert_named(v2, "values", "index (1,)", "expected 4")
+
+
+@pytest.mark.parametrize("level", [0, 3, "2", True, None])
+def test_a_hint_level_other_than_1_or_2_is_a_verdict_not_an_error(level):
+    assert_named(check_demo_levels(WRONG[0].wrong, hint=level), "error", "hint is 1")
+
+
+def test_named_fills_the_fields_of_a_hint():
+    m = Mistake("finite", "your blocked entries hold {value}.", more="use -inf, not {value}.")
+    assert named(m, value="-1e9").message == "your blocked entries hold -1e9."
+    assert named(m, value="-1e9").more
+
+
+def test_every_checker_registers_the_mistakes_it_can_name():
+    for check in CHECKERS:
+        assert all(isinstance(m, (Mistake, Guess)) for m in check.mistakes), check.__name__
+        assert {"stub"} <= {m.label for m in check.mistakes}, check.__name__
+        own = [m for m in check.mistakes if m not in _core._GENERAL]
+        assert own, f"{check.__name__} registers no mistake of its own"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -502,3 +621,17 @@ def test_a_verdict_prints_in_lines_of_at_most_88_characters():
     lines = repr(verdict).splitlines()
     assert len(lines) > 2 and all(len(line) <= 88 for line in lines)
     assert lines[0].startswith("✗ not yet: ") and all(line.startswith("   ") for line in lines[1:])
+
+
+def test_right_values_in_the_wrong_dtype_are_never_blamed_on_a_mistake():
+    """A planted mistake that raises on one case and equals the answer on the others explains nothing about an
+    answer whose values are right: its dtype is what is wrong."""
+    cases = [(torch.tensor([1.0, 2.0]),), (torch.tensor([[1.0]]),)]
+
+    def fails_on_a_matrix(x):
+        if x.dim() > 1:
+            raise ValueError("a matrix")
+        return 2 * x
+
+    mistakes = [Mistake("matrix", "does it take a matrix?", fails_on_a_matrix)]
+    assert_named(judge(lambda x: (2 * x).double(), cases, lambda x: 2 * x, mistakes), "dtype")

@@ -1,58 +1,95 @@
-"""Chapter 11's checkers accept the solutions and name each planted mistake (wrong answers written here)."""
+"""Chapter 11's checkers accept the solutions and name each planted mistake (wrong answers written here), and
+none of their holes is open: dtype, in-place changes, blame that does not match every case."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from attnlib import KVCache
 from attnlib.checks.batches import (
     NONZERO_LENGTHS,
     check_batched_generation,
     check_nonzero_weights,
-    check_position_ids,
-    check_sliding_window_mask,
+    check_sink_window_mask,
+    check_step_positions,
 )
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, stub
+from conftest import assert_accepted, assert_named, stub
 
-# ---------------------------------------------------------------------------------------------- position ids
+# ---------------------------------------------------------------------------------------------- positions
 
 
-def good_positions(is_pad):
-    return ((~is_pad).long().cumsum(-1) - 1).clamp(min=0)
+def good_positions(attention_mask, n_new):
+    return ((attention_mask != 0).long().cumsum(-1) - 1).clamp(min=0)[:, -n_new:]
+
+
+def arange_minus_pads(attention_mask, n_new):
+    T = attention_mask.shape[1]
+    pads = (attention_mask == 0).sum(1, keepdim=True)
+    return (torch.arange(T).repeat(attention_mask.shape[0], 1) - pads).clamp(min=0)[:, -n_new:]
 
 
 POSITION_WRONG = {
-    "arange": lambda is_pad: torch.arange(is_pad.shape[1]).repeat(is_pad.shape[0], 1),
-    "off-by-one": lambda is_pad: (~is_pad).long().cumsum(-1),
-    "no-clamp": lambda is_pad: (~is_pad).long().cumsum(-1) - 1,
-    "counted-pads": lambda is_pad: (is_pad.long().cumsum(-1) - 1).clamp(min=0),
+    "columns": lambda m, n: torch.arange(m.shape[1]).repeat(m.shape[0], 1)[:, -n:],
+    "counted-pads": lambda m, n: ((m == 0).long().cumsum(-1) - 1).clamp(min=0)[:, -n:],
+    "sliced-first": lambda m, n: ((m[:, -n:] != 0).long().cumsum(-1) - 1).clamp(min=0),
+    "one-too-far": lambda m, n: (m != 0).long().cumsum(-1)[:, -n:],             # an offset one position too far
+    "no-clamp": lambda m, n: ((m != 0).long().cumsum(-1) - 1)[:, -n:],
+    "assumes-left-padding": arange_minus_pads,
+    "bitwise-not": lambda m, n: ((~m).long().cumsum(-1) - 1).clamp(min=0)[:, -n:],   # the is_pad recipe as is
+    "float-positions": lambda m, n: (m.cumsum(-1) - 1).clamp(min=0)[:, -n:],        # float mask → float
 }
 
 
-def test_position_ids_solution_is_accepted():
-    v = check_position_ids(good_positions)
-    assert_accepted(v)
+def test_step_positions_solution_is_accepted():
+    assert_accepted(check_step_positions(good_positions))
+    assert_accepted(check_step_positions(lambda m, n: (m.bool().long().cumsum(-1) - 1).clamp(min=0)[:, -n:]))
 
 
 @pytest.mark.parametrize("label", sorted(POSITION_WRONG))
-def test_position_ids_mistakes_are_named(label):
-    v = check_position_ids(POSITION_WRONG[label])
-    assert_named(v, label)
+def test_step_positions_mistakes_are_named(label):
+    assert_named(check_step_positions(POSITION_WRONG[label]), label)
 
 
-def test_position_ids_stub_and_junk():
-    assert_named(check_position_ids(stub), "stub")
-    assert_named(check_position_ids(lambda is_pad: is_pad[:, :1]), "shape")
-    assert_named(check_position_ids(3), "not-callable")
+def test_step_positions_float_positions_are_named_by_their_dtype_not_their_values():
+    v = check_step_positions(lambda m, n: good_positions(m, n).float())
+    assert_named(v, "float-positions", "floats")
+    assert_named(check_step_positions(lambda m, n: good_positions(m, n).float(), hint=2), "float-positions",
+                 "int64")
 
 
-def test_position_ids_checker_is_not_fooled_by_a_function_that_mutates_its_input():
-    def mutating(is_pad):
-        out = good_positions(is_pad)
-        is_pad.fill_(True)
+def test_step_positions_an_int32_result_gets_the_dtype_verdict():
+    assert_named(check_step_positions(lambda m, n: good_positions(m, n).int()), "dtype", "torch.int32")
+
+
+def test_step_positions_stub_and_junk():
+    assert_named(check_step_positions(stub), "stub")
+    assert_named(check_step_positions(lambda m, n: m[:, :1]), "shape")
+    assert_named(check_step_positions(3), "not-callable")
+
+
+def test_step_positions_an_answer_that_overwrites_its_mask_is_named():
+    def overwrites(attention_mask, n_new):
+        out = good_positions(attention_mask, n_new)
+        attention_mask[:, 0] = 1
         return out
 
-    assert check_position_ids(mutating).ok and check_position_ids(good_positions).ok
+    assert_named(check_step_positions(overwrites), "in-place", "attention_mask")
+
+
+def test_step_positions_a_slip_that_is_right_on_some_cases_is_named_only_by_the_one_that_matches_everywhere():
+    # sliced-first is right on the whole prompts, and equal to plain arange on the cached steps: the every-case
+    # rule names it for what it is, not as the columns mistake
+    v = check_step_positions(POSITION_WRONG["sliced-first"])
+    assert_named(v, "sliced-first")
+    # right on three cases, wrong on one row of one case: no planted mistake matches it everywhere
+    def one_row_off(m, n):
+        out = good_positions(m, n).clone()
+        if m.shape[1] == 7:
+            out[1] += 1
+        return out
+
+    assert_named(check_step_positions(one_row_off), "values")
 
 
 # ---------------------------------------------------------------------------------------------- prediction
@@ -68,9 +105,12 @@ def test_nonzero_weights_prediction():
     assert v.ok and "46" in str(v)
     assert check_nonzero_weights(float(right)).ok
     wrong = {"causal-only": B * T * (T + 1) // 2, "no-mask": B * T * T, "no-causal": T * sum(n),
-             "real-square": sum(k * k for k in n), "pad-rows": right + sum(T - k for k in n)}
+             "real-square": sum(k * k for k in n), "pad-rows": right + sum(T - k for k in n),
+             "pads-after": right + sum((T - k) * k for k in n), "no-self": sum(k * (k - 1) // 2 for k in n)}
     for label, value in wrong.items():
-        assert_named(check_nonzero_weights(value), label)
+        v = check_nonzero_weights(value)
+        assert_named(v, label)
+        assert ("too high" if value > right else "too low") in v.message
     assert_named(check_nonzero_weights(45), "values")
     assert_named(check_nonzero_weights("46"), "type")
 
@@ -78,27 +118,45 @@ def test_nonzero_weights_prediction():
 # ---------------------------------------------------------------------------------------------- find the bug
 
 
-def good_generation(model, ids, is_pad, n_new):
+def the_stub(model, ids, attention_mask, n_new):
+    """The notebook's generate_batch as the learner first sees it."""
+    caches = [KVCache() for _ in model.blocks]
+    step = ids
     for _ in range(n_new):
-        nxt = model(ids, is_pad=is_pad)[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, nxt], dim=1)
-        is_pad = torch.cat([is_pad, torch.zeros_like(nxt, dtype=torch.bool)], dim=1)
+        logits = model(step, caches, is_pad=attention_mask == 0)
+        step = logits[:, -1:].argmax(-1)
+        ids = torch.cat([ids, step], dim=1)
+        attention_mask = torch.cat([attention_mask, torch.zeros_like(step)], dim=1)
     return ids
 
 
-def buggy_generation(model, ids, is_pad, n_new, *, flag=False, extend=True, front=False, padded=True):
+def good_generation(model, ids, attention_mask, n_new, *, cache=True, new=torch.ones_like):
+    caches = [KVCache() for _ in model.blocks] if cache else None
+    step = ids
     for _ in range(n_new):
+        logits = model(step if cache else ids, caches, is_pad=attention_mask == 0)
+        step = logits[:, -1:].argmax(-1)
+        ids = torch.cat([ids, step], dim=1)
+        attention_mask = torch.cat([attention_mask, new(step)], dim=1)
+    return ids
+
+
+def buggy_generation(model, ids, attention_mask, n_new, *, flag=1, extend=True, front=False, padded=True,
+                     flipped=False):
+    for _ in range(n_new):
+        is_pad = attention_mask.bool() if flipped else ~attention_mask.bool()
         logits = model(ids, is_pad=is_pad) if padded else model(ids)
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([ids, nxt], dim=1)
-        col = torch.zeros_like(nxt, dtype=torch.bool) | flag
+        col = torch.zeros_like(nxt) + flag
         if extend:
-            is_pad = torch.cat([col, is_pad], 1) if front else torch.cat([is_pad, col], 1)
+            attention_mask = torch.cat([col, attention_mask], 1) if front else torch.cat([attention_mask, col], 1)
     return ids
 
 
 GENERATION_WRONG = {
-    "new-as-padding": dict(flag=True),
+    "new-as-padding": dict(flag=0),
+    "reads-ones-as-padding": dict(flipped=True),
     "not-extended": dict(extend=False),
     "prepended": dict(front=True),
     "no-padding": dict(padded=False),
@@ -106,9 +164,19 @@ GENERATION_WRONG = {
 
 
 def test_batched_generation_solutions_are_accepted():
-    assert check_batched_generation(good_generation).ok
-    v = check_batched_generation(lambda model, ids, is_pad, n: model.generate(ids, n, is_pad=is_pad))
-    assert_accepted(v)
+    assert_accepted(check_batched_generation(good_generation))
+    assert_accepted(check_batched_generation(lambda *a: good_generation(*a, cache=False)))
+    assert_accepted(check_batched_generation(        # a bool column: torch.cat promotes it to the mask's dtype
+        lambda *a: good_generation(*a, new=lambda s: torch.ones_like(s, dtype=torch.bool))))
+    assert_accepted(check_batched_generation(
+        lambda model, ids, mask, n: model.generate(ids, n, is_pad=mask == 0)))
+
+
+def test_batched_generation_the_stub_is_named_without_giving_the_fix():
+    v = check_batched_generation(the_stub)
+    assert_named(v, "new-as-padding")
+    for fix in ("ones_like", "zeros_like", "append 1", "append 0"):
+        assert fix not in v.message
 
 
 @pytest.mark.parametrize("label", sorted(GENERATION_WRONG))
@@ -118,64 +186,104 @@ def test_batched_generation_mistakes_are_named(label):
     assert_named(v, label)
 
 
-# ---------------------------------------------------------------------------------------------- sliding window
+def test_batched_generation_an_answer_that_writes_into_ids_is_named():
+    def writes_into_ids(model, ids, attention_mask, n_new):
+        out = good_generation(model, ids, attention_mask, n_new)
+        ids[:, 0] = 0
+        return out
+
+    assert_named(check_batched_generation(writes_into_ids), "in-place", "ids")
 
 
-def good_window(T, window):
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return (j <= i) & (j > i - window)
+# ---------------------------------------------------------------------------------------------- sink window
 
 
-def band(T, lo, hi):
-    d = torch.arange(T)[:, None] - torch.arange(T)[None, :]
-    return (lo <= d) & (d <= hi)
+def good_sink_window(T_q, T_k, window, n_sink):
+    i = torch.arange(T_k - T_q, T_k)[:, None]          # the absolute position of each query
+    j = torch.arange(T_k)[None, :]
+    return (j <= i) & ((j > i - window) | (j < n_sink))
 
 
-WINDOW_WRONG = {
-    "window-plus-one": lambda T, w: band(T, 0, w),
-    "window-minus-one": lambda T, w: band(T, 0, w - 2),
-    "no-window": lambda T, w: torch.ones(T, T, dtype=torch.bool).tril(),
-    "no-causal": lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w,
-    "inverted": lambda T, w: ~good_window(T, w),
-    "float-mask": lambda T, w: torch.zeros(T, T).masked_fill(~good_window(T, w), float("-inf")),
+def sink_band(T_q, T_k, window, n_sink, *, shift=0, extra=0, causal_sinks=True, use_cache=True, both=False):
+    i = torch.arange(T_q)[:, None] + (T_k - T_q if use_cache else 0) + shift
+    j = torch.arange(T_k)[None, :]
+    win = (j <= i) & (j >= i - window + 1 - extra)
+    sink = (j < n_sink) & (j <= i) if causal_sinks else j < n_sink
+    return win & sink if both else win | sink
+
+
+SINK_WRONG = {
+    "no-sinks": lambda *a: sink_band(*a[:3], 0),
+    "sinks-read-future": lambda *a: sink_band(*a, causal_sinks=False),
+    "sinks-and-window": lambda *a: sink_band(*a, both=True),
+    "queries-from-zero": lambda *a: sink_band(*a, use_cache=False),
+    "offset-one-too-far": lambda *a: sink_band(*a, shift=1),
+    "window-plus-one": lambda *a: sink_band(*a, extra=1),
+    "window-minus-one": lambda *a: sink_band(*a, extra=-1),
+    "inverted": lambda *a: ~good_sink_window(*a),
+    "float-mask": lambda *a: torch.where(good_sink_window(*a), 0.0, float("-inf")),
+    "float-01-mask": lambda *a: good_sink_window(*a).float(),            # a 0/1 float mask, not a boolean one
 }
 
 
-def test_sliding_window_solution_is_accepted():
-    v = check_sliding_window_mask(good_window)
-    assert_accepted(v)
+def test_sink_window_solution_is_accepted():
+    assert_accepted(check_sink_window_mask(good_sink_window))
 
 
-@pytest.mark.parametrize("label", sorted(WINDOW_WRONG))
-def test_sliding_window_mistakes_are_named(label):
-    v = check_sliding_window_mask(WINDOW_WRONG[label])
-    assert_named(v, label)
+@pytest.mark.parametrize("label", sorted(SINK_WRONG))
+def test_sink_window_mistakes_are_named(label):
+    assert_named(check_sink_window_mask(SINK_WRONG[label]), label)
+
+
+def test_sink_window_a_float64_01_mask_is_named_too_and_its_second_hint_says_boolean():
+    assert_named(check_sink_window_mask(lambda *a: good_sink_window(*a).double()), "float-01-mask")
+    assert_named(check_sink_window_mask(lambda *a: good_sink_window(*a).double(), hint=2), "float-01-mask",
+                 "boolean")
+
+
+def test_sink_window_an_integer_01_mask_gets_the_dtype_verdict():
+    assert_named(check_sink_window_mask(lambda *a: good_sink_window(*a).long()), "dtype", "torch.int64")
+
+
+# ---------------------------------------------------------------------------------------------- all four
 
 
 def test_checkers_never_raise():
-    for check in (check_position_ids, check_batched_generation, check_sliding_window_mask):
+    for check in (check_step_positions, check_batched_generation, check_sink_window_mask):
         v = check(lambda *a: 1 / 0)
         assert not v.ok and "ZeroDivisionError" in v.message
     assert not check_nonzero_weights(object()).ok
 
 
+def test_every_mistake_of_the_tables_is_named_as_itself_with_its_own_first_hint():
+    from attnlib.checks import batches as M
+
+    for check, mistakes in [(check_step_positions, M._POSITION_MISTAKES),
+                            (check_batched_generation, M._GENERATION_MISTAKES),
+                            (check_sink_window_mask, M._SINK_MISTAKES)]:
+        for m in mistakes:
+            v = check(m.wrong)
+            assert_named(v, m.label)
+            assert v.message.startswith(m.hint), (m.label, v)
+        assert set(mistakes) <= set(check.mistakes)
+
+
 def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
-    from attnlib.attention import sliding_window_mask
-    from attnlib.batches import position_ids
     from attnlib.checks import batches as M
     from attnlib.checks._core import _close
 
-    def window(T, w):
-        return sliding_window_mask(T, window=w, dtype=torch.bool)
-
     for cases, variant, reference, mistakes in [
-            (M._pad_cases, M._positions, position_ids, M._POSITION_MISTAKES),
+            (M._mask_cases, M._step_positions, M._step_positions_reference, M._POSITION_MISTAKES),
             (M._generation_cases, M._greedy, M._generation_reference, M._GENERATION_MISTAKES),
-            (M._window_cases, M._window, window, M._WINDOW_MISTAKES)]:
+            (M._sink_cases, M._sink_window, M._sink_reference, M._SINK_MISTAKES)]:
         for case in cases():
             assert _close(variant(*case), reference(*case), 0.0)
-        # an is_pad that does not grow is refused by the model itself: that mistake is named by its error
-        computed = [m for m in mistakes if m.label != "not-extended"]
-        assert_mistakes_distinct(cases()[0], reference, computed)
+        # the answer and the mistakes that compute on every case: each pair differs on some case
+        computed = [m for m in mistakes if m.label not in ("not-extended", "bitwise-not")]
+        outs = [[f(*case) for f in (reference, *(m.wrong for m in computed))] for case in cases()]
+        for a in range(len(computed) + 1):
+            for b in range(a + 1, len(computed) + 1):
+                assert any(not _close(o[a], o[b], 1e-9) for o in outs), (a, b)
+    # an attention_mask that does not grow is refused by the model itself: that mistake is named by its error
     with pytest.raises(ValueError, match="is_pad must be"):
         M._greedy(*M._generation_cases()[0], extend=False)

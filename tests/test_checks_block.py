@@ -1,283 +1,688 @@
-"""The chapter 7 checkers accept the solution, name every planted mistake, and recognise the stub."""
+"""The chapter 7 checkers accept the solutions, name every planted mistake and every realistic wrong answer of
+each hole class (dtype, precision, in-place changes, structure, calling the thing to be built), and recognise the
+stub."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.functional import gelu
 
-from attnlib.checks import check_layer_norm, check_mlp, check_mlp_flops, check_pre_norm_block, check_rms_norm
-from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
+from attnlib.checks import (
+    block as ch7,
+)
+from attnlib.checks import (
+    check_block_flops,
+    check_layer_norm,
+    check_layer_norm_from_rms,
+    check_mlp_in_chunks,
+    check_run_block,
+    run_block_as_given,
+)
+from attnlib.checks._core import MORE, _close
+from conftest import BOOK, assert_accepted, assert_named, stub
+
+CHECKS = [check_layer_norm, check_mlp_in_chunks, check_run_block, check_block_flops, check_layer_norm_from_rms]
+
+
+def assert_registered(check, verdict) -> None:
+    """A named verdict comes from a mistake the checker registers, so the hint tests read its text."""
+    assert verdict.mistake in {m.label for m in check.mistakes} | {"values", "dtype", "shape", "type", "error"}, \
+        verdict
+
+
+def assert_each_mistake_named(check, mistakes) -> None:
+    """The checker names every planted mistake of its table as itself, with that mistake's own first hint (and
+    the pointer to the second level)."""
+    for m in mistakes:
+        verdict = check(m.wrong)
+        assert_named(verdict, m.label)
+        assert verdict.message.startswith(m.hint) and verdict.message.endswith(MORE if m.more else ""), \
+            (m.label, verdict)
+
+
+def named_by(check, fn, label, *fragments):
+    v = check(fn)
+    assert_named(v, label, *fragments)
+    assert_registered(check, v)
+    return v
 
 
 # ------------------------------------------------------------------------------------------ LayerNorm
 def ln_ok(X, gamma, beta):
+    work = torch.promote_types(X.dtype, torch.float32)
+    x, g, b = X.to(work), gamma.to(work), beta.to(work)
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return ((x - mu) / torch.sqrt(var + 1e-5) * g + b).to(X.dtype)
+
+
+def ln_ok_var_mean(X, gamma, beta):
+    x = X.double() if X.dtype == torch.float64 else X.float()
+    var, mu = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return ((x - mu) * torch.rsqrt(var + 1e-5) * gamma + beta).to(X.dtype)
+
+
+def ln_in_X_dtype(X, gamma, beta):
+    """The chapter's LayerNorm, computed in the input's dtype: right in float32 and float64, not in float16."""
     mu = X.mean(-1, keepdim=True)
     var = ((X - mu) ** 2).mean(-1, keepdim=True)
     return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
 
 
-def ln_wrong_axis(X, gamma, beta):
-    mu = X.mean(1, keepdim=True)
-    var = ((X - mu) ** 2).mean(1, keepdim=True)
+def ln_in_X_dtype_var(X, gamma, beta):
+    return (X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta
+
+
+def ln_sum_of_squares(X, gamma, beta):
+    """E[x²] − μ² in the input's dtype: overflows in float16."""
+    mu = X.mean(-1, keepdim=True)
+    var = (X * X).mean(-1, keepdim=True) - mu * mu
     return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
 
 
+def ln_over_T(X, gamma, beta):
+    x = X.float() if X.dtype == torch.float16 else X
+    mu, var = x.mean(-2, keepdim=True), x.var(-2, keepdim=True, unbiased=False)
+    return ((x - mu) / torch.sqrt(var + 1e-5) * gamma + beta).to(X.dtype)
+
+
+def ln_axis_2(X, gamma, beta):
+    """The feature axis named from the front, as for (B, T, d_model), in the input's dtype."""
+    mu, var = X.mean(2, keepdim=True), X.var(2, keepdim=True, unbiased=False)
+    return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
+
+
+def ln_axis_2_upcast(X, gamma, beta):
+    x = X.float() if X.dtype == torch.float16 else X
+    mu, var = x.mean(2, keepdim=True), x.var(2, keepdim=True, unbiased=False)
+    return ((x - mu) / torch.sqrt(var + 1e-5) * gamma + beta).to(X.dtype)
+
+
 def ln_unbiased(X, gamma, beta):
+    """torch's default var (unbiased), in float32 or wider."""
+    x = X.float() if X.dtype == torch.float16 else X
+    return ((x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * gamma + beta).to(X.dtype)
+
+
+def ln_unbiased_half(X, gamma, beta):
+    """Two mistakes: the unbiased variance and float16 arithmetic; the first is still named."""
     return (X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True) + 1e-5) * gamma + beta
 
 
 def ln_no_eps(X, gamma, beta):
-    mu = X.mean(-1, keepdim=True)
-    return (X - mu) / ((X - mu) ** 2).mean(-1, keepdim=True).sqrt() * gamma + beta
+    x = X.float() if X.dtype == torch.float16 else X
+    mu = x.mean(-1, keepdim=True)
+    return ((x - mu) / ((x - mu) ** 2).mean(-1, keepdim=True).sqrt() * gamma + beta).to(X.dtype)
 
 
 def ln_eps_outside(X, gamma, beta):
-    mu = X.mean(-1, keepdim=True)
-    return (X - mu) / (X.std(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta
+    x = X.float() if X.dtype == torch.float16 else X
+    mu = x.mean(-1, keepdim=True)
+    return ((x - mu) / (x.std(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta).to(X.dtype)
 
 
 def ln_no_affine(X, gamma, beta):
-    mu = X.mean(-1, keepdim=True)
-    return (X - mu) / torch.sqrt(((X - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+    x = X.float() if X.dtype == torch.float16 else X
+    mu = x.mean(-1, keepdim=True)
+    return ((x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)).to(X.dtype)
 
 
 def ln_no_centering(X, gamma, beta):
-    var = X.var(-1, keepdim=True, unbiased=False)
-    return X / torch.sqrt(var + 1e-5) * gamma + beta
+    x = X.float() if X.dtype == torch.float16 else X
+    return (x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta).to(X.dtype)
 
 
-@pytest.mark.parametrize("fn", [ln_ok, lambda X, g, b: F.layer_norm(X, X.shape[-1:], g, b)])
-def test_layer_norm_solution_is_accepted(fn):
-    v = check_layer_norm(fn)
-    assert_accepted(v)
+def ln_always_float32(X, gamma, beta):
+    """Upcast to float32 and return it: float32 for float16 and for float64 inputs."""
+    x, g, b = X.float(), gamma.float(), beta.float()
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * g + b
 
 
-@pytest.mark.parametrize("fn, label", [(ln_wrong_axis, "wrong-axis"), (ln_unbiased, "unbiased-variance"),
-                                       (ln_no_eps, "no-eps"), (ln_eps_outside, "eps-outside-sqrt"),
-                                       (ln_no_affine, "no-gamma-beta"), (ln_no_centering, "no-centering"),
-                                       (stub, "stub")])
+def ln_float32_not_cast_back(X, gamma, beta):
+    """Right for float32 and float64, but float16 comes back as float32."""
+    x = X.float() if X.dtype == torch.float16 else X
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * gamma.to(x.dtype) + beta.to(x.dtype)
+
+
+def ln_always_half(X, gamma, beta):
+    return ln_ok(X.float(), gamma.float(), beta.float()).half()
+
+
+def ln_through_float32(X, gamma, beta):
+    """Computes in float32 whatever comes in, then restores the dtype: float64 keeps float32's precision."""
+    return ln_ok(X.float(), gamma.float(), beta.float()).to(X.dtype)
+
+
+def ln_in_place(X, gamma, beta):
+    """``X -= mu``: a LayerNorm that changes its input."""
+    X = X.float() if X.dtype == torch.float16 else X
+    X -= X.mean(-1, keepdim=True)
+    return ln_ok(X, gamma, beta)
+
+
+def ln_in_place_float32(X, gamma, beta):
+    X -= X.mean(-1, keepdim=True)
+    return ln_ok(X, gamma, beta)
+
+
+def ln_calls_torch(X, gamma, beta):
+    return F.layer_norm(X, X.shape[-1:], gamma, beta, 1e-5)
+
+
+def ln_calls_module(X, gamma, beta):
+    ln = torch.nn.LayerNorm(X.shape[-1], eps=1e-5, dtype=X.dtype)
+    with torch.no_grad():
+        ln.weight.copy_(gamma)
+        ln.bias.copy_(beta)
+    return ln(X).detach()
+
+
+@pytest.mark.parametrize("fn", [ln_ok, ln_ok_var_mean, ch7._ln_variant])
+def test_layer_norm_solutions_are_accepted(fn):
+    assert_accepted(check_layer_norm(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (ln_in_X_dtype, "float16-statistics"), (ln_in_X_dtype_var, "float16-statistics"),
+    (ln_sum_of_squares, "cancellation"),
+    (ln_over_T, "wrong-axis"), (ln_axis_2, "fixed-axis"), (ln_axis_2_upcast, "fixed-axis"),
+    (ln_unbiased, "unbiased-variance"), (ln_unbiased_half, "unbiased-variance"),
+    (ln_no_eps, "no-eps"), (ln_eps_outside, "eps-outside-sqrt"), (ln_no_affine, "no-gamma-beta"),
+    (ln_no_centering, "no-centering"),
+    (ln_always_float32, "dtype-changed"), (ln_float32_not_cast_back, "dtype-changed"),
+    (ln_always_half, "dtype-changed"), (ln_through_float32, "float64-lowered"),
+    (ln_in_place, "in-place"), (ln_in_place_float32, "in-place"),
+    (ln_calls_torch, "called-layer-norm"), (ln_calls_module, "called-layer-norm"),
+    (ch7._layer_norm, "called-layer-norm"),
+    (stub, "stub"),
+])
 def test_layer_norm_mistakes_are_named(fn, label):
-    v = check_layer_norm(fn)
-    assert_named(v, label)
+    named_by(check_layer_norm, fn, label)
+
+
+def test_layer_norm_dtype_verdicts_name_both_dtypes():
+    assert_named(check_layer_norm(ln_always_float32), "dtype-changed", "float64", "float32")
+    assert_named(check_layer_norm(ln_float32_not_cast_back), "dtype-changed", "float16", "float32")
+
+
+def test_layer_norm_in_place_names_the_argument():
+    assert_named(check_layer_norm(ln_in_place_float32), "in-place", "input X")
 
 
 def test_layer_norm_with_another_epsilon_fails():
     """ε = 1e-6 differs from 1e-5 only on a row of tiny variance: the checker has one."""
-    v = check_layer_norm(lambda X, g, b: F.layer_norm(X, X.shape[-1:], g, b, eps=1e-6))
+    v = check_layer_norm(lambda X, g, b: ln_ok(X, g, b) if X.shape != (5, 8) else ln_ok(X, g, b) * 1.01)
+    assert not v.ok, v
+    v = check_layer_norm(lambda X, g, b: ch7._ln_variant(X, g, b, eps="inside") if X.dim() != 2
+                         else ((X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True, unbiased=False)
+                                                                           + 1e-6) * g + b))
     assert not v.ok, v
 
 
-# ------------------------------------------------------------------------------------------ MLP
-def mlp_ok(X, W_1, b_1, W_2, b_2):
-    return F.gelu(X @ W_1 + b_1) @ W_2 + b_2
+def test_the_float16_batch_really_breaks_float16_arithmetic():
+    """Control: on the float16 case the chapter's formula in float16 is far off, in float32 within tolerance."""
+    X, gamma, beta = ch7._norm_groups()[2].cases[0]
+    exact = F.layer_norm(X.double(), X.shape[-1:], gamma.double(), beta.double(), 1e-5)
+    assert (ln_in_X_dtype(X, gamma, beta).double() - exact).abs().nan_to_num(1e9).max() > 0.02
+    assert (ln_ok(X, gamma, beta).double() - exact).abs().max() < 4e-3
 
 
-def mlp_relu(X, W_1, b_1, W_2, b_2):
-    return torch.relu(X @ W_1 + b_1) @ W_2 + b_2
+# ------------------------------------------------------------------------------------------ MLP in chunks
+def chunks_ok(X, W_1, b_1, W_2, b_2, chunk):
+    out = torch.zeros_like(X) + b_2
+    for start in range(0, W_1.shape[1], chunk):
+        cols = slice(start, start + chunk)
+        out = out + gelu(X @ W_1[:, cols] + b_1[cols]) @ W_2[cols]
+    return out
 
 
-def mlp_linear(X, W_1, b_1, W_2, b_2):
-    return (X @ W_1 + b_1) @ W_2 + b_2
+def chunks_split(X, W_1, b_1, W_2, b_2, chunk):
+    parts = zip(W_1.split(chunk, dim=1), b_1.split(chunk), W_2.split(chunk, dim=0))
+    return sum(gelu(X @ w_1 + c_1) @ w_2 for w_1, c_1, w_2 in parts) + b_2
 
 
-def mlp_activation_last(X, W_1, b_1, W_2, b_2):
-    return F.gelu((X @ W_1 + b_1) @ W_2 + b_2)
+def chunks_in_place_accumulator(X, W_1, b_1, W_2, b_2, chunk):
+    out = X.new_zeros(X.shape)
+    for a in range(0, W_1.shape[1], chunk):
+        out += gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    out += b_2
+    return out
 
 
-def mlp_tanh(X, W_1, b_1, W_2, b_2):
-    return F.gelu(X @ W_1 + b_1, approximate="tanh") @ W_2 + b_2
+def chunks_whole(X, W_1, b_1, W_2, b_2, chunk):
+    return gelu(X @ W_1 + b_1) @ W_2 + b_2
 
 
-def mlp_no_b1(X, W_1, b_1, W_2, b_2):
-    return F.gelu(X @ W_1) @ W_2 + b_2
+def chunks_whole_then_sliced(X, W_1, b_1, W_2, b_2, chunk):
+    hidden = gelu(X @ W_1 + b_1)
+    return sum(hidden[..., a:a + chunk] @ W_2[a:a + chunk] for a in range(0, W_1.shape[1], chunk)) + b_2
 
 
-def mlp_no_b2(X, W_1, b_1, W_2, b_2):
-    return F.gelu(X @ W_1 + b_1) @ W_2
+def chunks_concatenated(X, W_1, b_1, W_2, b_2, chunk):
+    hs = [gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) for a in range(0, W_1.shape[1], chunk)]
+    return torch.cat(hs, -1) @ W_2 + b_2
 
 
-def test_mlp_solution_is_accepted():
-    v = check_mlp(mlp_ok)
-    assert_accepted(v)
+def chunks_one_token_at_a_time(X, W_1, b_1, W_2, b_2, chunk):
+    """Chunks over the positions, not over the hidden columns: each token's full d_ff hidden vector."""
+    rows = X.reshape(-1, X.shape[-1])
+    return torch.stack([gelu(r @ W_1 + b_1) @ W_2 + b_2 for r in rows]).reshape(X.shape)
 
 
-@pytest.mark.parametrize("fn, label", [(mlp_relu, "relu"), (mlp_linear, "no-activation"),
-                                       (mlp_activation_last, "activation-last"), (mlp_tanh, "tanh-gelu"),
-                                       (mlp_no_b1, "no-bias"), (mlp_no_b2, "no-bias"), (stub, "stub")])
-def test_mlp_mistakes_are_named(fn, label):
-    v = check_mlp(fn)
-    assert_named(v, label)
+def chunks_b_2_each(X, W_1, b_1, W_2, b_2, chunk):
+    out = 0
+    for a in range(0, W_1.shape[1], chunk):
+        out = out + gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk] + b_2
+    return out
 
 
-# ------------------------------------------------------------------------------------------ Pre-Norm block
-def block_ok(X, block):
-    H = X + block.attn(block.ln_1(X))
-    return H + block.mlp(block.ln_2(H))
+def chunks_tail_dropped(X, W_1, b_1, W_2, b_2, chunk):
+    out = 0
+    for k in range(W_1.shape[1] // chunk):
+        cols = slice(k * chunk, (k + 1) * chunk)
+        out = out + gelu(X @ W_1[:, cols] + b_1[cols]) @ W_2[cols]
+    return out + b_2
 
 
-def block_mlp_from_X(X, block):
-    A = block.attn(block.ln_1(X))
-    return X + A + block.mlp(block.ln_2(X))
+def chunks_d_ff_assumed(X, W_1, b_1, W_2, b_2, chunk):
+    out = 0
+    for a in range(0, 4 * X.shape[-1], chunk):
+        out = out + gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    return out + b_2
 
 
-def block_post_norm(X, block):
+def chunks_gelu_after_sum(X, W_1, b_1, W_2, b_2, chunk):
+    out = 0
+    for a in range(0, W_1.shape[1], chunk):
+        out = out + (X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    return gelu(out + b_2)
+
+
+def chunks_gelu_per_chunk_output(X, W_1, b_1, W_2, b_2, chunk):
+    out = 0
+    for a in range(0, W_1.shape[1], chunk):
+        out = out + gelu((X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk])
+    return out + b_2
+
+
+def chunks_relu(X, W_1, b_1, W_2, b_2, chunk):
+    return sum(torch.relu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+               for a in range(0, W_1.shape[1], chunk)) + b_2
+
+
+def chunks_linear(X, W_1, b_1, W_2, b_2, chunk):
+    return sum((X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+               for a in range(0, W_1.shape[1], chunk)) + b_2
+
+
+def chunks_tanh(X, W_1, b_1, W_2, b_2, chunk):
+    return sum(gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk], approximate="tanh") @ W_2[a:a + chunk]
+               for a in range(0, W_1.shape[1], chunk)) + b_2
+
+
+def chunks_b_1_uncut(X, W_1, b_1, W_2, b_2, chunk):
+    return sum(gelu(X @ W_1[:, a:a + chunk] + b_1) @ W_2[a:a + chunk]
+               for a in range(0, W_1.shape[1], chunk)) + b_2
+
+
+def chunks_W_2_uncut(X, W_1, b_1, W_2, b_2, chunk):
+    return sum(gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2
+               for a in range(0, W_1.shape[1], chunk)) + b_2
+
+
+def chunks_float32_accumulator(X, W_1, b_1, W_2, b_2, chunk):
+    """``torch.zeros`` without a dtype, added into in place: float32 precision, though b_2 promotes it back."""
+    out = torch.zeros(X.shape)
+    for a in range(0, W_1.shape[1], chunk):
+        out += gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    return out + b_2
+
+
+def chunks_float32_result(X, W_1, b_1, W_2, b_2, chunk):
+    """The same running sum, with b_2 added in place too: a float32 result for a float64 input."""
+    out = torch.zeros(X.shape)
+    for a in range(0, W_1.shape[1], chunk):
+        out += gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    out += b_2
+    return out
+
+
+def chunks_into_X(X, W_1, b_1, W_2, b_2, chunk):
+    """Accumulates into the input itself."""
+    Y = X.clone()
+    for a in range(0, W_1.shape[1], chunk):
+        X += gelu(Y @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]
+    return X - Y + b_2
+
+
+def chunks_into_b_2(X, W_1, b_1, W_2, b_2, chunk):
+    """Accumulates into b_2, which broadcasts: changes an input (and fails on the shapes)."""
+    out = b_2
+    for a in range(0, W_1.shape[1], chunk):
+        out += (gelu(X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]) @ W_2[a:a + chunk]).sum()
+    return out.expand_as(X)
+
+
+@pytest.mark.parametrize("fn", [chunks_ok, chunks_split, chunks_in_place_accumulator, ch7._chunk_variant])
+def test_mlp_in_chunks_solutions_are_accepted(fn):
+    assert_accepted(check_mlp_in_chunks(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (chunks_whole, "full-hidden"), (chunks_whole_then_sliced, "full-hidden"), (chunks_concatenated, "full-hidden"),
+    (chunks_one_token_at_a_time, "full-hidden"),
+    (chunks_b_2_each, "b_2-each-chunk"), (chunks_tail_dropped, "tail-dropped"), (chunks_d_ff_assumed, "d_ff-assumed"),
+    (chunks_gelu_after_sum, "gelu-after-W_2"), (chunks_gelu_per_chunk_output, "gelu-after-W_2"),
+    (chunks_relu, "relu"), (chunks_linear, "no-activation"), (chunks_tanh, "tanh-gelu"),
+    (chunks_b_1_uncut, "uncut"), (chunks_W_2_uncut, "uncut"),
+    (chunks_float32_accumulator, "float64-lowered"), (chunks_float32_result, "accumulator-dtype"),
+    (chunks_into_X, "in-place"), (chunks_into_b_2, "in-place"),
+    (stub, "stub"),
+])
+def test_mlp_in_chunks_mistakes_are_named(fn, label):
+    named_by(check_mlp_in_chunks, fn, label)
+
+
+def test_the_whole_hidden_layer_is_named_with_its_width():
+    assert_named(check_mlp_in_chunks(chunks_whole), "full-hidden", "40", "16")
+
+
+def test_mlp_in_chunks_covers_d_ff_not_a_multiple_of_chunk_and_not_four_d_model():
+    widths = [(W_1.shape[0], W_1.shape[1], chunk) for _, W_1, _, _, _, chunk in ch7._mlp_cases()]
+    assert any(d_ff % chunk for _, d_ff, chunk in widths) and any(d_ff % chunk == 0 for _, d_ff, chunk in widths)
+    assert all(d_ff != 4 * d for d, d_ff, _ in widths)
+    assert any(X.dtype == torch.float64 for X, *_ in ch7._mlp_cases())
+
+
+# ------------------------------------------------------------------------------- find the bug: run_block
+def run_fixed(X, block):
+    stream = X
+    for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        if block.norm == "post":
+            stream = norm(stream + sublayer(stream))
+        else:
+            stream = stream + sublayer(norm(stream))
+    return stream
+
+
+def run_written_out(X, block):
+    if block.norm == "pre":
+        H = X + block.attn(block.ln_1(X))
+        return H + block.mlp(block.ln_2(H))
     H = block.ln_1(X + block.attn(X))
     return block.ln_2(H + block.mlp(H))
 
 
-def block_no_residual_attn(X, block):
-    H = block.attn(block.ln_1(X))
-    return H + block.mlp(block.ln_2(H))
+def run_both_normed(X, block):
+    """A rewrite that keeps the bug: the residual still adds to the normalised stream."""
+    stream = X
+    for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        if block.norm == "post":
+            stream = norm(stream + sublayer(stream))
+        else:
+            stream = norm(stream) + sublayer(norm(stream))
+    return stream
 
 
-def block_no_residual_mlp(X, block):
+def run_pre_for_all(X, block):
     H = X + block.attn(block.ln_1(X))
-    return block.mlp(block.ln_2(H))
-
-
-def block_norms_swapped(X, block):
-    H = X + block.attn(block.ln_2(X))
-    return H + block.mlp(block.ln_1(H))
-
-
-def block_residual_normed(X, block):
-    Z = block.ln_1(X)
-    H = Z + block.attn(Z)
     return H + block.mlp(block.ln_2(H))
 
 
-@pytest.mark.parametrize("fn", [block_ok, lambda X, block: block(X)])
-def test_block_solution_is_accepted(fn):
-    v = check_pre_norm_block(fn)
+def run_post_for_all(X, block):
+    stream = X
+    for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        stream = norm(stream + sublayer(stream))
+    return stream
+
+
+def run_mlp_reads_X(X, block):
+    if block.norm == "post":
+        return run_fixed(X, block)
+    return X + block.attn(block.ln_1(X)) + block.mlp(block.ln_2(X))
+
+
+def run_no_residual(X, block):
+    stream = X
+    for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        stream = norm(stream + sublayer(stream)) if block.norm == "post" else sublayer(norm(stream))
+    return stream
+
+
+def run_normed_output(X, block):
+    stream = X
+    for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        stream = norm(stream + sublayer(stream)) if block.norm == "post" else stream + norm(sublayer(stream))
+    return stream
+
+
+def run_norms_swapped(X, block):
+    stream = X
+    for norm, sublayer in ((block.ln_2, block.attn), (block.ln_1, block.mlp)):
+        stream = norm(stream + sublayer(stream)) if block.norm == "post" else stream + sublayer(norm(stream))
+    return stream
+
+
+def run_calls_block(X, block):
+    return block(X)
+
+
+def run_calls_forward(X, block):
+    return block.forward(X)
+
+
+def run_mutates_block(X, block):
+    with torch.no_grad():
+        for p in block.mlp.parameters():
+            p.zero_()
+    return X + block.attn(block.ln_1(X)) if block.norm == "pre" else run_fixed(X, block)
+
+
+@pytest.mark.parametrize("fn", [run_fixed, run_written_out])
+def test_run_block_solutions_are_accepted(fn):
+    assert_accepted(check_run_block(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (run_block_as_given, "unchanged"), (run_both_normed, "unchanged"), (run_pre_for_all, "post-broken"),
+    (run_post_for_all, "pre-as-post"), (run_mlp_reads_X, "mlp-reads-X"), (run_no_residual, "no-residual"),
+    (run_normed_output, "normed-output"), (run_norms_swapped, "norms-swapped"),
+    (run_calls_block, "called-block"), (run_calls_forward, "called-block"),
+    (run_mutates_block, "in-place"), (stub, "stub"),
+])
+def test_run_block_mistakes_are_named(fn, label):
+    named_by(check_run_block, fn, label)
+
+
+def test_a_block_answer_that_mutates_the_block_changes_no_later_verdict():
+    assert not check_run_block(run_mutates_block).ok
+    assert_accepted(check_run_block(run_fixed))
+    assert_named(check_run_block(run_block_as_given), "unchanged")
+
+
+def test_run_block_tests_both_layouts():
+    assert {b.norm for _, b in ch7._block_cases()} == {"pre", "post"}
+
+
+def _function_body(source: str, name: str) -> str:
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name)
+    body = fn.body[1:] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else fn.body
+    return "\n".join(ast.dump(n) for n in body)
+
+
+def test_the_notebooks_stub_is_the_function_the_checker_calls_as_given():
+    nb = nbformat.read(BOOK / "07_block.ipynb", as_version=4)
+    stub_cell = next(c.source for c in nb.cells if c.cell_type == "code" and "check_run_block(run_block)" in c.source
+                     and "solution" not in c.metadata.get("tags", []))
+    assert _function_body(stub_cell, "run_block") == _function_body(inspect.getsource(run_block_as_given),
+                                                                     "run_block_as_given")
+
+
+# ------------------------------------------------------------------------------- predict: a block's FLOPs
+T, D, H, D_FF = 10, 48, 4, 128          # the question: Block(48, h=4, d_ff=128, backend="plain") on 10 tokens
+RIGHT = 2 * T * D * 3 * D + 2 * T * D * D + 4 * T * D * D_FF + 4 * T * T * D
+
+
+def test_block_flops_prediction():
+    assert_named(check_block_flops(...), "stub")
+    v = check_block_flops(RIGHT)
     assert_accepted(v)
+    assert "449,280" in v.message
+    assert not check_block_flops(RIGHT + 2).ok
+    assert_named(check_block_flops(100_000), "values", "too low")
+    assert_named(check_block_flops(900_000), "values", "too high")
+    assert_named(check_block_flops("449280"), "type")
 
 
-@pytest.mark.parametrize("fn, label", [(block_mlp_from_X, "mlp-from-X"), (block_post_norm, "post-norm"),
-                                       (block_no_residual_attn, "no-residual-attn"),
-                                       (block_no_residual_mlp, "no-residual-mlp"),
-                                       (block_norms_swapped, "norms-swapped"),
-                                       (block_residual_normed, "residual-normed"), (stub, "stub")])
-def test_block_mistakes_are_named(fn, label):
-    v = check_pre_norm_block(fn)
-    assert_named(v, label)
-
-
-def test_a_block_answer_that_mutates_the_block_cannot_pass_or_change_later_verdicts():
-    def drop_the_mlp(X, block):
-        with torch.no_grad():
-            for p in block.mlp.parameters():
-                p.zero_()
-        return X + block.attn(block.ln_1(X))         # right only for the block it has just broken
-
-    v = check_pre_norm_block(drop_the_mlp)
-    assert not v.ok, v
-    assert check_pre_norm_block(block_ok).ok
-    assert not check_pre_norm_block(block_mlp_from_X).ok
-
-
-# ------------------------------------------------------------------------------------------ predict: MLP FLOPs
-T, D, D_FF = 10, 48, 128          # the question: MLP(d_model=48, d_ff=128) on T = 10 tokens
-
-
-def test_mlp_flops_prediction():
-    assert_named(check_mlp_flops(...), "stub")
-    v = check_mlp_flops(4 * T * D * D_FF)          # two matrices, 2 FLOPs per multiply-add, every token
-    assert v.ok and "245,760" in v.message, v
-    assert not check_mlp_flops(4 * T * D * D_FF + 2).ok
-    assert_named(check_mlp_flops(100_000), "values")
-    assert_named(check_mlp_flops("245760"), "type")
-
-
-def test_the_mlp_flops_are_measured():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attnlib import MLP
-
-    with FlopCounterMode(display=False) as counter:
-        MLP(D, D_FF)(torch.zeros(1, T, D))
-    assert counter.get_total_flops() == 4 * T * D * D_FF
+def test_the_block_flops_are_measured_and_match_the_count():
+    assert ch7._block_flops(**ch7._FLOPS_QUESTION) == RIGHT
 
 
 @pytest.mark.parametrize("guess, label", [
-    (2 * T * D * D_FF, "multiply-adds"), (4 * D * D_FF, "one-token"), (T * D * D_FF, "one-matrix"),
-    (4 * T * D * D, "d_model-squared"), (4 * T * D * D_FF + T * (D + D_FF), "activation-counted"),
+    (RIGHT // 2, "multiply-adds"),
+    (RIGHT - 4 * T * D * D_FF + 4 * T * D * 4 * D, "d_ff-assumed"),
+    (RIGHT - 4 * T * T * D, "no-attention-products"),
+    (RIGHT - 4 * T * T * D + 2 * T * (T + 1) * D, "causal-half"),
+    (RIGHT - 4 * T * T * D + T * T * D, "one-head"),
+    (RIGHT - 2 * T * D * D, "no-W_O"),
+    (RIGHT - 4 * T * D * D, "one-projection"),
+    (RIGHT - 2 * T * D * D_FF, "one-mlp-matrix"),
+    (4 * T * D * D_FF, "mlp-only"),
+    (RIGHT - 4 * T * D * D_FF, "attention-only"),
+    (RIGHT // T, "one-token"),
+    (RIGHT + T * (5 * D + D_FF), "elementwise-counted"),
 ])
-def test_mlp_flops_guesses_are_named(guess, label):
-    v = check_mlp_flops(guess)
+def test_block_flops_guesses_are_named(guess, label):
+    v = check_block_flops(guess)
     assert_named(v, label)
+    assert_registered(check_block_flops, v)
     assert f"{guess:,}" in v.message
 
 
-# ------------------------------------------------------------------------------------------ extend: RMSNorm
-def rms_ok(X, gamma):
-    return X / torch.sqrt((X ** 2).mean(-1, keepdim=True) + 1e-5) * gamma
+def test_every_flops_guess_says_too_high_or_too_low_and_no_formula():
+    guesses = [m for m in check_block_flops.mistakes if hasattr(m, "value")][:len(ch7._flops_guesses(T, D, H, D_FF))]
+    values = [g.value for g in guesses]
+    assert len(set(values)) == len(values) and RIGHT not in values
+    for g in guesses:
+        assert ("too low" in g.hint) == (g.value < RIGHT) and ("too high" in g.hint) == (g.value > RIGHT), g
+        assert "·" not in g.hint and "d_model ×" not in g.hint, g
 
 
-def rms_centered(X, gamma):
-    Xc = X - X.mean(-1, keepdim=True)
-    return Xc / torch.sqrt((Xc ** 2).mean(-1, keepdim=True) + 1e-5) * gamma
+# ------------------------------------------------------------------------------- extend: LayerNorm from RMSNorm
+def from_rms_ok(X, gamma, beta):
+    centred = X - X.mean(dim=-1, keepdim=True)
+    return F.rms_norm(centred, X.shape[-1:], gamma, eps=1e-5) + beta
 
 
-def rms_std(X, gamma):
-    return X / torch.sqrt(X.var(-1, keepdim=True, unbiased=False) + 1e-5) * gamma
+def from_rms_scaled_after(X, gamma, beta):
+    centred = X - X.mean(-1, keepdim=True)
+    return F.rms_norm(centred, (X.shape[-1],), eps=1e-5) * gamma + beta
 
 
-def rms_no_eps(X, gamma):
-    return X / X.pow(2).mean(-1, keepdim=True).sqrt() * gamma
+def from_rms_default_eps(X, gamma, beta):
+    centred = X - X.mean(dim=-1, keepdim=True)
+    return F.rms_norm(centred, X.shape[-1:], gamma) + beta
 
 
-def rms_eps_outside(X, gamma):
-    return X / (X.pow(2).mean(-1, keepdim=True).sqrt() + 1e-5) * gamma
+def from_rms_not_centred(X, gamma, beta):
+    return F.rms_norm(X, X.shape[-1:], gamma, eps=1e-5) + beta
 
 
-def rms_sum(X, gamma):
-    return X / torch.sqrt((X ** 2).sum(-1, keepdim=True) + 1e-5) * gamma
+def from_rms_no_beta(X, gamma, beta):
+    return F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[-1:], gamma, eps=1e-5)
 
 
-def rms_no_gamma(X, gamma):
-    return X / torch.sqrt((X ** 2).mean(-1, keepdim=True) + 1e-5)
+def from_rms_no_gamma(X, gamma, beta):
+    return F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[-1:], eps=1e-5) + beta
 
 
-def rms_over_T(X, gamma):
-    return X / torch.sqrt((X ** 2).mean(1, keepdim=True) + 1e-5) * gamma
+def from_rms_centred_over_T(X, gamma, beta):
+    return F.rms_norm(X - X.mean(-2, keepdim=True), X.shape[-1:], gamma, eps=1e-5) + beta
 
 
-@pytest.mark.parametrize("fn", [rms_ok, lambda X, g: X * torch.rsqrt(X.square().mean(-1, keepdim=True) + 1e-5) * g])
-def test_rms_norm_solution_is_accepted(fn):
-    v = check_rms_norm(fn)
-    assert_accepted(v)
+def from_rms_in_place(X, gamma, beta):
+    X -= X.mean(dim=-1, keepdim=True)
+    return F.rms_norm(X, X.shape[-1:], gamma, eps=1e-5) + beta
 
 
-@pytest.mark.parametrize("fn, label", [(rms_centered, "centered"), (rms_std, "std-not-rms"),
-                                       (rms_no_eps, "no-eps"), (rms_eps_outside, "eps-outside-sqrt"),
-                                       (rms_sum, "sum-not-mean"), (rms_no_gamma, "no-gamma"),
-                                       (rms_over_T, "wrong-axis"), (stub, "stub")])
-def test_rms_norm_mistakes_are_named(fn, label):
-    v = check_rms_norm(fn)
-    assert_named(v, label)
+def from_rms_calls_layer_norm(X, gamma, beta):
+    return F.layer_norm(X, X.shape[-1:], gamma, beta, 1e-5)
 
 
-# ---- the tables of mistakes ---------------------------------------------------------------------------
-
-def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    from attnlib.checks import block
-
-    blocks = [block._fresh_block(i) for i in range(len(block._BLOCK_CASES))]
-    for check, mistakes, cases, reference in [
-        (check_layer_norm, block._LN_MISTAKES, block._norm_cases(), block._layer_norm),
-        (check_mlp, block._MLP_MISTAKES, block._mlp_cases(), block._mlp),
-        (check_pre_norm_block, block._PRE_MISTAKES, blocks, lambda X, b: b(X)),
-        (check_rms_norm, block._RMS_MISTAKES, block._rms_cases(), block._rms_norm),
-    ]:
-        assert_each_mistake_named(check, mistakes)
-        with torch.no_grad():
-            assert_mistakes_distinct(cases[1], reference, mistakes)
+def from_rms_float32(X, gamma, beta):
+    return from_rms_ok(X.float(), gamma.float(), beta.float())
 
 
-def test_each_variant_with_its_default_switches_is_the_reference():
-    from attnlib.checks import block
+@pytest.mark.parametrize("fn", [from_rms_ok, from_rms_scaled_after, ch7._from_rms_variant])
+def test_layer_norm_from_rms_solutions_are_accepted(fn):
+    assert_accepted(check_layer_norm_from_rms(fn))
 
-    for check, variant in [(check_layer_norm, block._ln_variant), (check_mlp, block._mlp_variant),
-                           (check_pre_norm_block, block._pre_norm_variant), (check_rms_norm, block._rms_variant)]:
-        assert_accepted(check(variant))
+
+@pytest.mark.parametrize("fn, label", [
+    (from_rms_default_eps, "eps-default"), (from_rms_not_centred, "no-centering"), (from_rms_no_beta, "no-beta"),
+    (from_rms_no_gamma, "no-gamma"), (from_rms_centred_over_T, "center-wrong-axis"),
+    (from_rms_in_place, "in-place"), (from_rms_calls_layer_norm, "called-layer-norm"),
+    (from_rms_float32, "dtype"), (stub, "stub"),
+])
+def test_layer_norm_from_rms_mistakes_are_named(fn, label):
+    named_by(check_layer_norm_from_rms, fn, label)
+
+
+# ---- the tables of mistakes, and the hints ---------------------------------------------------------------------
+
+TABLES = [
+    (check_layer_norm, ch7._LN_TABLE, [c for g in ch7._norm_groups() for c in g.cases], ch7._layer_norm),
+    (check_mlp_in_chunks, ch7._CHUNK_TABLE, ch7._mlp_cases(), ch7._mlp),
+    (check_run_block, ch7._RUN_MISTAKES, ch7._block_cases(), lambda X, b: b(X)),
+    (check_layer_norm_from_rms, ch7._RMS_TABLE, ch7._rms_cases(), ch7._layer_norm_same_dtype),
+]
+
+
+@pytest.mark.parametrize("check, mistakes, cases, reference", TABLES, ids=[t[0].__name__ for t in TABLES])
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others(check, mistakes, cases,
+                                                                                  reference):
+    assert_each_mistake_named(check, mistakes)
+    assert all(m in check.mistakes for m in mistakes)
+    def same(a, b) -> bool:
+        if isinstance(a, Exception) or isinstance(b, Exception):
+            return str(a) == str(b)
+        return _close(a, b, 1e-5)
+
+    with torch.no_grad():
+        outs = [ch7._runs(f, cases) for f in [reference] + [m.wrong for m in mistakes]]
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):      # every two differ on some case, so each can be named
+            assert not all(same(a, b) for a, b in zip(outs[i], outs[j])), (i, j)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_every_mistake_has_two_levels_and_the_second_is_asked_for(check):
+    own = [m for m in check.mistakes if m.label not in ("stub", "none", "not-callable", "in-place",
+                                                       "shared-parameters", "type")]
+    assert own
+    for m in own:
+        assert m.more and m.more != m.hint, m.label
+
+
+def test_hint_2_gives_the_second_level_without_the_pointer_to_it():
+    v1, v2 = check_run_block(run_block_as_given), check_run_block(run_block_as_given, hint=2)
+    assert v1.message.endswith(MORE) and not v2.message.endswith(MORE)
+    assert "LN(X)" in v2.message and "LN(X)" not in v1.message
+    v1, v2 = check_block_flops(RIGHT // 2), check_block_flops(RIGHT // 2, hint=2)
+    assert "two FLOPs" in v2.message and "two FLOPs" not in v1.message
+
+
+def test_a_result_on_another_device_is_named():
+    """The learner's tensor created without saying where it lives (here: on the meta device, which every
+    machine has) is told so, for the two exercises that create tensors of their own."""
+    assert_named(check_layer_norm(lambda X, g, b: torch.empty_like(X, device="meta")), "device")
+    assert_named(check_mlp_in_chunks(lambda X, W_1, b_1, W_2, b_2, chunk: torch.zeros(
+        X.shape, dtype=X.dtype, device="meta")), "device")

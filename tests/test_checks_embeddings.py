@@ -1,210 +1,328 @@
-"""Chapter 1's checkers accept the solution, name each planted mistake, and never raise."""
+"""Chapter 1's checkers accept the solutions, name each planted mistake at both hint levels, never give the fix
+away at the first level, and have no holes: dtype, in-place writes, and blame only where a mistake matches."""
 
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlib import apply_rope, rope_angles
+from attnlib import apply_rope, rope_angles, sinusoidal_positions
 from attnlib.checks import (
-    Verdict,
-    check_embed,
     check_embed_with_positions,
-    check_rotate_pairs,
+    check_lookup_grad,
+    check_rotate_halves,
     check_sinusoidal,
-    judge,
 )
+from attnlib.checks import embeddings as M
+from attnlib.checks._core import _GENERAL, MORE, _close
 from conftest import assert_accepted, assert_mistakes_distinct, assert_named
 
-
-def sinusoid(T, d, *, swap=False, pair_index=False, grow=False):
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    two_i = torch.arange(0, d, 2, dtype=torch.float32)
-    exponent = (two_i / 2 if pair_index else two_i) / d
-    freq = 10000.0 ** (exponent if grow else -exponent)
-    PE = torch.zeros(T, d)
-    first, second = torch.sin(t * freq), torch.cos(t * freq)
-    PE[:, 0::2], PE[:, 1::2] = (second, first) if swap else (first, second)
-    return PE
+CHECKERS = [check_lookup_grad, check_sinusoidal, check_rotate_halves, check_embed_with_positions]
 
 
-def rotate(x, theta, *, backwards=False, halves=False):
-    c, s = theta.cos(), theta.sin() * (-1 if backwards else 1)
-    if halves:
-        a, b = x.chunk(2, dim=-1)
-        return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
-    out = x.clone()
-    out[..., 0::2], out[..., 1::2] = x[..., 0::2] * c - x[..., 1::2] * s, x[..., 0::2] * s + x[..., 1::2] * c
+# ---- right answers, in the book's form and in others ----------------------------------------------------------
+
+def grad_index_add(ids, dX, vocab_size):
+    d = dX.shape[-1]
+    return torch.zeros(vocab_size, d, dtype=dX.dtype).index_add(0, ids.reshape(-1), dX.reshape(-1, d))
+
+
+def grad_one_hot(ids, dX, vocab_size):
+    one_hot = F.one_hot(ids.reshape(-1), vocab_size).to(dX.dtype)
+    return one_hot.T @ dX.reshape(-1, dX.shape[-1])
+
+
+def grad_autograd(ids, dX, vocab_size):
+    E = torch.zeros(vocab_size, dX.shape[-1], dtype=dX.dtype, requires_grad=True)
+    (E[ids] * dX).sum().backward()
+    return E.grad
+
+
+def sinusoid(positions, d):
+    p = positions.to(torch.float32)[..., None]
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    out = torch.zeros(*positions.shape, d)
+    out[..., 0::2], out[..., 1::2] = torch.sin(p * freq), torch.cos(p * freq)
     return out
 
 
-def rotate_own_angles(x, theta):
-    """Ignores theta and uses RoPE's own angles: right for RoPE's angles only."""
-    return apply_rope(x)
+def sinusoid_from_the_table(positions, d):
+    return sinusoidal_positions(int(positions.max()) + 1, d)[positions]
 
 
-def rotate_own_wrong_schedule(x, theta):
-    """Ignores theta and makes up angles with the exponent i/d (the frequency schedule needs 2i/d)."""
-    T, d = x.shape[-2], x.shape[-1]
-    angles = torch.arange(T)[:, None] * 10000.0 ** (-torch.arange(d // 2) / d)
-    return rotate(x, angles.to(x.dtype))
+def halves(x, theta):
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    c, s = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
 
 
-# The "find the bug" function as the chapter prints it, and the wrong repairs.
+def halves_rotate_half(x, theta):
+    """The Hugging Face form: x · cos + rotate_half(x) · sin, with the angles repeated for both halves."""
+    cos, sin = torch.cat([theta.cos()] * 2, -1).to(x.dtype), torch.cat([theta.sin()] * 2, -1).to(x.dtype)
+    a, b = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-b, a], dim=-1) * sin
+
+
 def positions_as_given(ids, E, PE):
-    T = ids.shape[0]
-    return E[ids] + PE[:T]
+    positions = torch.arange(ids.numel()).view(ids.shape)
+    return E[ids] + PE[positions]
 
 
 def positions_right(ids, E, PE):
-    T = ids.shape[-1]
-    return E[ids] + PE[:T]
+    return E[ids] + PE[torch.arange(ids.shape[-1])]
 
 
-CASES = [
-    (check_embed, lambda ids, E: E[ids], {
-        "columns": lambda ids, E: E[:, ids],
-        "columns-transposed": lambda ids, E: E[:, ids].transpose(0, -1),
-        "one-hot-transposed": lambda ids, E: E.T @ F.one_hot(ids, E.shape[0]).float().transpose(-2, -1),
-    }),
-    (check_sinusoidal, lambda T, d: sinusoid(T, d), {
-        "sin-cos-swapped": lambda T, d: sinusoid(T, d, swap=True),
-        "exponent-i": lambda T, d: sinusoid(T, d, pair_index=True),
-        "exponent-sign": lambda T, d: sinusoid(T, d, grow=True),
-    }),
-    (check_rotate_pairs, lambda x, theta: rotate(x, theta), {
-        "identity": lambda x, theta: x,
-        "wrong-direction": lambda x, theta: rotate(x, theta, backwards=True),
-        "halves": lambda x, theta: rotate(x, theta, halves=True),
-        "ignores-theta": rotate_own_angles,
-        "own-schedule": rotate_own_wrong_schedule,
-    }),
-    (check_embed_with_positions, positions_right, {
-        "unchanged": positions_as_given,
-        "whole-table": lambda ids, E, PE: E[ids] + PE,
-        "positions-by-id": lambda ids, E, PE: E[ids] + PE[ids],
-        "no-positions": lambda ids, E, PE: E[ids],
-    }),
+def positions_sliced(ids, E, PE):
+    return E[ids] + PE[: ids.shape[-1]]
+
+
+SOLUTIONS = [
+    (check_lookup_grad, grad_index_add), (check_lookup_grad, grad_one_hot), (check_lookup_grad, grad_autograd),
+    (check_sinusoidal, sinusoid), (check_sinusoidal, sinusoid_from_the_table),
+    (check_rotate_halves, halves), (check_rotate_halves, halves_rotate_half),
+    (check_embed_with_positions, positions_right), (check_embed_with_positions, positions_sliced),
 ]
 
-SOLUTIONS = [(c, s) for c, s, _ in CASES]
-MISTAKES = [(c, w, label) for c, _, ws in CASES for label, w in ws.items()]
 
-
-@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=[f"{c.__name__}-{s.__name__}" for c, s in SOLUTIONS])
 def test_solution_is_accepted(check, solution):
     assert_accepted(check(solution))
 
 
-@pytest.mark.parametrize("check, wrong, label", MISTAKES, ids=[f"{c.__name__}-{lab}" for c, _, lab in MISTAKES])
-def test_planted_mistake_is_named(check, wrong, label):
-    assert_named(check(wrong), label)
+# ---- every mistake of every table is named, with its first hint, then its second --------------------------------
+
+TABLES = [(check_lookup_grad, M._GRAD_MISTAKES), (check_sinusoidal, M._SINUSOID_MISTAKES),
+          (check_rotate_halves, M._ROTATE_MISTAKES), (check_embed_with_positions, M._POSITIONS_MISTAKES)]
+PLANTED = [(c, m) for c, ms in TABLES for m in ms]
+
+
+@pytest.mark.parametrize("check, m", PLANTED, ids=[f"{c.__name__}-{m.label}" for c, m in PLANTED])
+def test_each_planted_mistake_is_named_at_both_hint_levels(check, m):
+    first, second = check(m.wrong), check(m.wrong, hint=2)
+    assert_named(first, m.label)
+    assert_named(second, m.label)
+    assert first.message.startswith(m.hint) and first.message.endswith(MORE), first
+    assert second.message.startswith(m.more) and MORE not in second.message, second
+
+
+def test_every_mistake_has_a_second_hint_and_is_registered():
+    for check in CHECKERS:
+        own = [m for m in check.mistakes if m not in _GENERAL]
+        assert own and all(m.more for m in own), check.__name__
+    for check, table in TABLES:
+        assert set(table) <= set(check.mistakes), check.__name__
+    assert M.GRAD_OVERWRITE in check_lookup_grad.mistakes and M.ANGLES_DTYPE in check_rotate_halves.mistakes
 
 
 def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
-    from attnlib.checks import embeddings as E
-
-    for cases, reference, mistakes in [
-        (E._embed_cases(), lambda ids, table: table[ids], E._EMBED_MISTAKES),
-        ([(7, 8)], E.sinusoidal_positions, E._SINUSOID_MISTAKES),
-        # ignores-theta agrees with the answer on RoPE's own angles (case 0) by design: compare on case 1
-        (E._rotate_cases()[1:], E._rotate, E._ROTATE_MISTAKES),
-        # the bug as given agrees with the answer on one unbatched sentence (case 0): compare on case 1
-        (E._positions_cases()[1:], E._positions_reference, E._POSITIONS_MISTAKES[:1] + E._POSITIONS_MISTAKES[2:]),
+    # ignores-theta agrees with the answer on RoPE's own angles (case 0) by design, per-sentence on one
+    # sentence, ignores-positions on positions 0 … T-1, the bug as given on one sentence: compare on another case
+    for case, reference, mistakes in [
+        (M._grad_cases()[1], M._lookup_grad, M._GRAD_MISTAKES),
+        (M._sinusoid_cases()[1], M._sinusoid_reference, M._SINUSOID_MISTAKES),
+        (M._rotate_cases()[1], M._rotate_halves, M._ROTATE_MISTAKES),
+        (M._positions_cases()[2], M._positions_reference,
+         [m for m in M._POSITIONS_MISTAKES if m.label not in ("first-axis", "float")]),
     ]:
-        assert_mistakes_distinct(cases[0], reference, mistakes)
-
-
-def test_the_one_hot_product_is_an_accepted_embedding():
-    assert check_embed(lambda ids, E: F.one_hot(ids, E.shape[0]).to(E) @ E).ok
-
-
-def test_embed_checker_builds_fresh_inputs_on_every_call():
-    def vandal(ids, E):
-        out = E[ids].clone()
-        E.zero_()                 # ruins the table it was handed
-        ids.zero_()
-        return out
-
-    assert check_embed(vandal).ok
-    assert check_embed(lambda ids, E: E[ids]).ok
-    assert not check_embed(lambda ids, E: torch.zeros(*ids.shape, E.shape[1])).ok
-
-
-def test_embed_checker_catches_columns_on_a_square_table():
-    from attnlib.checks import embeddings as E
-
-    ids, table = E._embed_cases()[1]
-    assert table.shape[0] == table.shape[1]          # the case where picking columns has the right shape
-    assert table[:, ids].T.shape == table[ids].shape
-
-
-# ---- the holes of the old rotate checker: it ignored theta ------------------------------------------------------
-
-def test_rotate_reference_is_the_librarys_rope_on_ropes_own_angles():
-    from attnlib.checks import embeddings as E
-
-    x, theta = E._rotate_cases()[0]
-    torch.testing.assert_close(E._rotate(x, theta), apply_rope(x))
-
-
-def test_rotate_checker_uses_the_angles_it_is_given():
-    from attnlib.checks import embeddings as E
-
-    x, theta = E._rotate_cases()[1]
-    assert not torch.allclose(theta.double(), rope_angles(x.shape[-2], x.shape[-1]))
-    assert theta.abs().max() <= math.pi and x.shape[-2] % 2 == 1      # arbitrary angles, odd T, a batch
-
-
-def test_rotate_checker_rejects_an_identity_rotation_and_a_wrong_schedule():
-    for wrong in (lambda x, theta: x.clone(), rotate_own_angles, rotate_own_wrong_schedule):
-        assert not check_rotate_pairs(wrong).ok
-
-
-def test_rotate_checker_accepts_a_batched_solution_using_theta():
-    def with_theta(x, theta):
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack([a * theta.cos() - b * theta.sin(), a * theta.sin() + b * theta.cos()], -1).flatten(-2)
-
-    assert check_rotate_pairs(with_theta).ok
-
-
-# ---- the find-the-bug positions exercise ------------------------------------------------------------------------
-
-def test_the_positions_bug_passes_one_sentence_and_fails_a_batch_of_one_silently():
-    from attnlib.checks import embeddings as E
-
-    (ids, table, PE), (batch, _, _) = E._positions_cases()[:2]
-    torch.testing.assert_close(positions_as_given(ids, table, PE), positions_right(ids, table, PE))
-    wrong = positions_as_given(batch, table, PE)             # runs, right shape, no word order
-    assert wrong.shape == positions_right(batch, table, PE).shape
-    torch.testing.assert_close(wrong[0] - table[batch[0]], PE[0].expand(batch.shape[-1], -1))
-
-
-def test_judge_never_raises_and_explains_errors_and_shapes():
-    ref = lambda x: x * 2   # noqa: E731
-    case = [(torch.ones(3),)]
-    assert_named(judge(lambda x: 1 / 0, case, ref), "error")
-    assert_named(judge(lambda x: x[:2] * 2, case, ref), "shape")
-    assert_named(judge(lambda x: x * 3, case, ref), "values")
-    assert_named(judge(lambda x: "text", case, ref), "type")
-    verdict = judge(lambda x: x * 2, case, ref)
-    assert isinstance(verdict, Verdict) and verdict.ok and repr(verdict).startswith("✓")
-    assert repr(judge(lambda x: x, case, ref)).startswith("✗ not yet")
+        assert_mistakes_distinct(case, reference, mistakes)
 
 
 def test_each_planted_function_with_no_switch_is_the_answer():
     """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
-    from attnlib.checks import embeddings as E
-    from attnlib.checks._core import _close
-
     for wrong, cases, reference, atol in [
-        (E._sinusoid, [(7, 8), (3, 16)], sinusoid, 1e-4),
-        (E._rotate, E._rotate_cases(), rotate, 1e-5),
-        (E._positions_reference, E._positions_cases(), positions_right, 1e-5),
+        (M._lookup_grad, M._grad_cases(), grad_one_hot, 1e-5),
+        (M._sinusoid, M._sinusoid_cases(), sinusoid, 1e-5),
+        (M._rotate_halves, M._rotate_cases(), halves, 1e-5),
+        (M._positions_reference, M._positions_cases(), positions_sliced, 1e-5),
     ]:
         for case in cases:
             assert _close(wrong(*case), reference(*case), atol), wrong.__name__
+
+
+def test_the_stored_verdict_of_the_find_the_bug_stub_names_no_axis():
+    verdict = check_embed_with_positions(positions_as_given)
+    assert_named(verdict, "unchanged")
+    assert not re.search(r"shape\[|last axis|\[-1\]|arange", verdict.message), verdict
+
+
+# ---- the gradient of a lookup ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("write", ["assign", "add-through-index", "index_copy"])
+def test_an_indexed_write_that_keeps_one_position_per_token_is_named(write):
+    def overwrite(ids, dX, vocab_size):
+        dE = torch.zeros(vocab_size, dX.shape[-1], dtype=dX.dtype)
+        flat, rows = ids.reshape(-1), dX.reshape(-1, dX.shape[-1])
+        if write == "assign":
+            dE[flat] = rows
+        elif write == "add-through-index":
+            dE[flat] += rows              # looks like accumulation; writes each row once
+        else:
+            dE.index_copy_(0, flat, rows)
+        return dE
+
+    assert_named(check_lookup_grad(overwrite), "overwrite")
+    assert_named(check_lookup_grad(overwrite, hint=2), "overwrite", "+= through an index")
+
+
+def test_keeping_the_first_position_of_a_repeated_token_is_named_too():
+    def first_wins(ids, dX, vocab_size):
+        dE = torch.zeros(vocab_size, dX.shape[-1], dtype=dX.dtype)
+        flat, rows = ids.reshape(-1).flip(0), dX.reshape(-1, dX.shape[-1]).flip(0)
+        dE[flat] = rows
+        return dE
+
+    assert_named(check_lookup_grad(first_wins), "overwrite")
+
+
+def test_a_gradient_from_numpy_in_float64_is_a_dtype_mistake():
+    def with_numpy(ids, dX, vocab_size):
+        dE = np.zeros((vocab_size, dX.shape[-1]))                          # float64
+        np.add.at(dE, ids.numpy().reshape(-1), dX.numpy().reshape(-1, dX.shape[-1]))
+        return torch.from_numpy(dE)
+
+    assert_named(check_lookup_grad(with_numpy), "dtype", "float64", "numpy")
+
+
+def test_a_float32_gradient_for_a_float64_dX_is_a_dtype_mistake():
+    def always_float32(ids, dX, vocab_size):
+        return grad_index_add(ids, dX.float(), vocab_size)
+
+    assert_named(check_lookup_grad(always_float32), "dtype", "float32", "expected torch.float64")
+
+
+def test_a_gradient_that_scales_dX_in_place_is_named():
+    def scales_dX(ids, dX, vocab_size):
+        dX.mul_(1.0)                      # changes nothing in value, but writes into the caller's tensor
+        dX.add_(0.0)
+        dX[..., 0] = dX[..., 0] + 1
+        return grad_index_add(ids, dX, vocab_size)
+
+    assert_named(check_lookup_grad(scales_dX), "in-place", "dX")
+
+
+def test_averaging_only_in_a_batch_is_not_blamed_on_the_mean():
+    """Misleading blame: an answer that matches "mean" on one case only is not told it averages."""
+    def mean_in_batches(ids, dX, vocab_size):
+        return M._lookup_grad(ids, dX, vocab_size, reduce="mean" if ids.dim() == 2 else "sum")
+
+    verdict = check_lookup_grad(mean_in_batches)
+    assert not verdict.ok and verdict.mistake == "values", verdict
+
+
+# ---- sinusoidal vectors of given positions --------------------------------------------------------------------
+
+def test_a_float64_table_of_positions_is_a_dtype_mistake():
+    assert_named(check_sinusoidal(lambda p, d: sinusoid(p.double(), d).double()), "dtype", "float64")
+
+
+def test_the_cases_cover_a_continuation_and_a_padded_batch():
+    (plain, _), (later, _), (batch, _) = M._sinusoid_cases()
+    assert torch.equal(plain, torch.arange(len(plain))) and later[0] > 0
+    assert batch.dim() == 2 and batch.dtype == torch.int64 and (batch[1] == 0).sum() > 1
+
+
+# ---- RoPE in the halves layout --------------------------------------------------------------------------------
+
+def test_rotating_by_float64_angles_without_a_cast_is_named():
+    def promotes(x, theta):
+        h = x.shape[-1] // 2
+        a, b = x[..., :h], x[..., h:]
+        return torch.cat([a * theta.cos() - b * theta.sin(), a * theta.sin() + b * theta.cos()], dim=-1)
+
+    assert_named(check_rotate_halves(promotes), "angles-dtype")
+    assert_named(check_rotate_halves(promotes, hint=2), "angles-dtype", "float64")
+
+
+def test_a_float32_result_for_a_float64_x_is_a_dtype_mistake():
+    assert_named(check_rotate_halves(lambda x, theta: halves(x.float(), theta)), "dtype", "expected torch.float64")
+
+
+@pytest.mark.parametrize("how", ["slices", "copy_", "mul_"])
+def test_an_answer_that_writes_into_x_is_named(how):
+    def into_x(x, theta):
+        out = halves(x, theta)
+        if how == "slices":
+            h = x.shape[-1] // 2
+            x[..., :h], x[..., h:] = out[..., :h], out[..., h:]
+        elif how == "copy_":
+            x.copy_(out)
+        else:
+            x.mul_(1.0).add_(out - x)
+        return x
+
+    assert_named(check_rotate_halves(into_x), "in-place", "x")
+
+
+def test_the_chapters_apply_rope_is_the_neighbours_mistake_on_ropes_angles():
+    x, theta = M._rotate_cases()[0]
+    torch.testing.assert_close(M._rotate_halves(x, theta, layout="neighbours"), apply_rope(x))
+
+
+def test_the_rotate_cases_use_arbitrary_angles_float64_angles_and_a_batch_of_heads():
+    (x0, th0), (x1, th1), (x2, th2) = M._rotate_cases()
+    assert th0.dtype == torch.float64 and x0.dtype == torch.float32
+    assert not torch.allclose(th1.double(), rope_angles(x1.shape[-2], x1.shape[-1])) and x1.dim() == 4
+    assert th1.abs().max() <= math.pi and x2.dtype == th2.dtype == torch.float64
+
+
+def test_the_halves_layout_keeps_scores_a_function_of_the_offset():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 8, generator=g, dtype=torch.float64)
+    theta = rope_angles(6, 8)
+    S = halves(q.expand(6, 8), theta) @ halves(k.expand(6, 8), theta).T
+    for offset in range(6):
+        d = torch.diagonal(S, -offset)
+        torch.testing.assert_close(d, d[0].expand_as(d))
+
+
+# ---- find the bug: positions for a batch ----------------------------------------------------------------------
+
+def test_the_bug_passes_one_sentence_and_a_batch_of_one_and_fails_a_batch_of_three_silently():
+    (one, E, PE), (batch1, _, _), (batch3, _, _), _ = M._positions_cases()
+    for ids in (one, batch1):
+        torch.testing.assert_close(positions_as_given(ids, E, PE), positions_right(ids, E, PE))
+    wrong = positions_as_given(batch3, E, PE)                            # runs, right shape, wrong rows
+    assert wrong.shape == positions_right(batch3, E, PE).shape
+    assert not torch.allclose(wrong[1:], positions_right(batch3, E, PE)[1:])
+
+
+@pytest.mark.parametrize("answer, label", [
+    (lambda ids, E, PE: E[ids] + PE[torch.arange(0.0, ids.shape[-1])], "float"),
+    (lambda ids, E, PE: E[ids] + PE[torch.linspace(0, ids.shape[-1] - 1, ids.shape[-1])], "float"),
+    (lambda ids, E, PE: E[ids] + PE[: len(ids)], "first-axis"),
+    (lambda ids, E, PE: E[ids] + PE[: ids.shape[0]], "first-axis"),
+    (lambda ids, E, PE: E[ids] + PE[torch.arange(1, ids.shape[-1] + 1)], "from-one"),
+    (lambda ids, E, PE: E[ids] + PE[ids], "by-id"),
+    (lambda ids, E, PE: E[ids], "no-positions"),
+])
+def test_the_usual_wrong_repairs_are_named(answer, label):
+    assert_named(check_embed_with_positions(answer), label)
+
+
+def test_a_repair_that_casts_to_float32_fails_the_float64_tables():
+    verdict = check_embed_with_positions(lambda ids, E, PE: (E[ids] + PE[: ids.shape[-1]]).float())
+    assert_named(verdict, "dtype", "expected torch.float64")
+
+
+def test_a_repair_that_writes_into_the_table_is_named():
+    def into_E(ids, E, PE):
+        E += 1                            # the caller's table, written in place
+        return positions_right(ids, E - 1, PE)
+
+    assert_named(check_embed_with_positions(into_E), "in-place", "E")
+
+
+def test_a_repair_off_by_one_only_in_batches_is_not_blamed_on_counting_from_one():
+    """Misleading blame: "from-one" is named only where it matches on every case."""
+    def odd(ids, E, PE):
+        start = 1 if ids.dim() == 2 else 0
+        return E[ids] + PE[start: start + ids.shape[-1]]
+
+    verdict = check_embed_with_positions(odd)
+    assert not verdict.ok and verdict.mistake == "values", verdict

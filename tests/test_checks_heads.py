@@ -1,244 +1,314 @@
-"""The chapter 6 checkers accept the solution, name every planted mistake, and recognise the stub."""
+"""The chapter 6 checkers accept the solutions, name every planted mistake, and recognise the stub; they
+compare dtypes, notice inputs changed in place, blame a mistake only when it matches on every case, and no
+first-level hint holds the code of the book's solution."""
 
 from __future__ import annotations
 
 import math
+import re
 
+import nbformat
 import pytest
 import torch
 
-from attnlib import MultiHeadAttention, merge_heads, split_heads
-from attnlib.attention import attention, attention_weights
+from attnlib import merge_heads, split_heads
+from attnlib.attention import attention, causal_mask, softmax
 from attnlib.checks import (
-    buggy_multi_head,
+    buggy_qkv_attention,
     check_attention_parameters,
-    check_fixed_multi_head,
-    check_merge_heads,
-    check_multi_head,
+    check_fixed_qkv_attention,
+    check_heads_first,
     check_split_heads,
+    heads,
 )
-from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
+from attnlib.checks._core import _GENERAL, _LEVEL, MORE, Group, _close
+from conftest import BOOK, assert_accepted, assert_named, stub
 
 
 def future(T):
     return torch.ones(T, T, dtype=torch.bool).triu(1)
 
 
+def assert_not_named(verdict, label):
+    assert not verdict.ok and verdict.mistake != label, (label, verdict)
+
+
 # ------------------------------------------------------------------------------------------ split_heads
 def split_ok(x, h):
+    *lead, T, d_model = x.shape
+    return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2)
+
+
+def split_unflatten(x, h):
+    return x.unflatten(-1, (h, -1)).movedim(-2, -3)
+
+
+def split_flatten_and_back(x, h):
+    *lead, T, d_model = x.shape
+    return split_heads(x.reshape(-1, T, d_model), h).reshape(*lead, h, T, d_model // h)
+
+
+def split_no_transpose(x, h):
+    *lead, T, d_model = x.shape
+    return x.view(*lead, h, T, d_model // h)
+
+
+def split_interleaved(x, h):
+    *lead, T, d_model = x.shape
+    return x.unflatten(-1, (-1, h)).movedim(-1, -3)
+
+
+def split_wrong_axes(x, h):
+    *lead, T, d_model = x.shape
+    return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2).transpose(-2, -1)
+
+
+def split_front_axes(x, h):
+    *lead, T, d_model = x.shape
+    return x.reshape(*lead, T, h, d_model // h).transpose(1, 2)
+
+
+def split_heads_first(x, h):
+    *lead, T, d_model = x.shape
+    return x.reshape(*lead, T, h, d_model // h).permute(-2, *range(len(lead)), -3, -1)
+
+
+def split_flattened(x, h):
+    T, d_model = x.shape[-2:]
+    return split_heads(x.reshape(-1, T, d_model), h)
+
+
+def split_unpacks_three(x, h):
     B, T, d_model = x.shape
     return x.reshape(B, T, h, d_model // h).transpose(1, 2)
 
 
-def split_no_transpose(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, h, T, d_model // h)
+def split_indexes_three(x, h):
+    """The page's split with the sizes read one by one: an IndexError, not the planted unpacking error."""
+    B, T, d = x.shape[0], x.shape[1], x.shape[2]
+    return x.reshape(B, T, h, d // h).transpose(1, 2)
 
 
-def split_interleaved(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, T, d_model // h, h).permute(0, 3, 1, 2)
+def split_keeps_two_sizes(x, h):
+    """Right for three axes; with two it cannot reshape, with four it splits the wrong axis, without raising."""
+    return x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2)
 
 
-def split_last_two_swapped(x, h):
-    B, T, d_model = x.shape
-    return x.view(B, T, h, d_model // h).transpose(1, 2).transpose(2, 3)
+@pytest.mark.parametrize("fn", [split_ok, split_unflatten, split_flatten_and_back, heads._split_reference])
+def test_split_solutions_are_accepted(fn):
+    assert_accepted(check_split_heads(fn))
 
 
-def split_nothing(x, h):
-    return x
-
-
-@pytest.mark.parametrize("fn", [split_ok, split_heads])
-def test_split_solution_is_accepted(fn):
-    v = check_split_heads(fn)
-    assert_accepted(v)
-
-
-@pytest.mark.parametrize("fn, label", [(split_no_transpose, "no-transpose"), (split_interleaved, "interleaved"),
-                                       (split_last_two_swapped, "wrong-axes"), (split_nothing, "no-split"),
-                                       (stub, "stub")])
+@pytest.mark.parametrize("fn, label", [
+    (split_no_transpose, "no-transpose"), (lambda x, h: torch.stack(x.chunk(h, -1), dim=-2), "not-moved"),
+    (split_interleaved, "interleaved"), (split_wrong_axes, "wrong-axes"),
+    (split_front_axes, "fixed-axes"), (split_heads_first, "heads-in-front"), (split_flattened, "lead-flattened"),
+    (lambda x, h: x.clone(), "no-split"), (split_unpacks_three, "three-axes"),
+    (split_indexes_three, "three-axes"), (split_keeps_two_sizes, "three-axes"), (stub, "stub"),
+])
 def test_split_mistakes_are_named(fn, label):
-    v = check_split_heads(fn)
-    assert_named(v, label)
+    assert_named(check_split_heads(fn), label)
+
+
+def test_split_compares_the_dtype():
+    verdict = check_split_heads(lambda x, h: split_ok(x, h).float())    # the float64 case comes back float32
+    assert_named(verdict, "dtype", "float32", "float64")
+
+
+def test_split_names_an_input_changed_in_place():
+    def split_in_place(x, h):
+        *lead, T, d_model = x.shape
+        x.unsqueeze_(-2)                          # x itself gains an axis
+        return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2)
+
+    assert_named(check_split_heads(split_in_place), "in-place", "x")
+
+
+def test_split_blames_a_mistake_only_when_it_matches_every_case():
+    def no_transpose_only_with_two_leading_axes(x, h):
+        return split_no_transpose(x, h) if x.dim() == 4 else split_ok(x, h)
+
+    verdict = check_split_heads(no_transpose_only_with_two_leading_axes)
+    assert_not_named(verdict, "no-transpose")
+    assert_named(verdict, "values")
 
 
 def test_split_tests_T_equal_to_d_head_and_not():
-    """An answer right only when T ≠ d_head (or only when T = d_head) must fail."""
-    def right_only_if_T_is_not_d_head(x, h):
-        out = split_ok(x, h)
-        return out if x.shape[1] != x.shape[2] // h else out.transpose(-2, -1)
-
-    def right_only_if_T_is_d_head(x, h):
-        out = split_ok(x, h)
-        return out if x.shape[1] == x.shape[2] // h else out + 1
-
-    assert not check_split_heads(right_only_if_T_is_not_d_head).ok
-    assert not check_split_heads(right_only_if_T_is_d_head).ok
+    shapes = [(x.shape[-2], x.shape[-1] // h) for x, h in heads._split_cases()]
+    assert any(T == d for T, d in shapes) and any(T != d for T, d in shapes)
+    assert {x.dim() for x, _ in heads._split_cases()} == {2, 3, 4}
 
 
-# ------------------------------------------------------------------------------------------ merge_heads
-def merge_ok(x):
-    B, h, T, d_head = x.shape
-    return x.transpose(1, 2).reshape(B, T, h * d_head)
+# ------------------------------------------------------------------------------------------ heads-first
+def hf_einsum(X, W_Q, W_K, W_V, W_O):
+    d_k, T = W_Q.shape[-1], X.shape[1]
+    Q, K = torch.einsum("btm,hmk->bhtk", X, W_Q), torch.einsum("btm,hmk->bhtk", X, W_K)
+    V = torch.einsum("btm,hmv->bhtv", X, W_V)
+    S = (Q @ K.mT / math.sqrt(d_k)).masked_fill(future(T), float("-inf"))
+    return torch.einsum("bhtv,hvm->btm", torch.softmax(S, -1) @ V, W_O)
 
 
-def merge_no_transpose(x):
-    B, h, T, d_head = x.shape
-    return x.reshape(B, T, h * d_head)
+def hf_per_head(X, W_Q, W_K, W_V, W_O):
+    outs = [attention(X @ W_Q[k], X @ W_K[k], X @ W_V[k]) for k in range(W_Q.shape[0])]
+    return torch.cat(outs, dim=-1) @ W_O.flatten(0, 1)
 
 
-def merge_interleaved(x):
-    B, h, T, d_head = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, h * d_head)
+def hf_sum_of_heads(X, W_Q, W_K, W_V, W_O):
+    return sum(attention(X @ W_Q[k], X @ W_K[k], X @ W_V[k]) @ W_O[k] for k in range(W_Q.shape[0]))
 
 
-def merge_last_two_swapped(x):
-    B, h, T, d_head = x.shape
-    return x.mT.reshape(B, T, h * d_head)
+def hf_broadcast(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (X[:, None] @ W for W in (W_Q, W_K, W_V))     # (B, 1, T, d) @ (h, d, w) → (B, h, T, w)
+    return (attention(Q, K, V)[..., None, :] @ W_O[:, None]).squeeze(-2).sum(1)
 
 
-def merge_reversed(x):
-    return torch.cat([x[:, k] for k in reversed(range(x.shape[1]))], dim=-1)
+def hf_fused_by_reshape(X, W_Q, W_K, W_V, W_O):
+    h, d_model, _ = W_Q.shape
+    Q, K, V = (split_heads(X @ W.reshape(d_model, -1), h) for W in (W_Q, W_K, W_V))
+    return merge_heads(attention(Q, K, V)) @ W_O.reshape(-1, d_model)
 
 
-@pytest.mark.parametrize("fn", [merge_ok, merge_heads, lambda x: torch.cat(list(x.unbind(1)), dim=-1)])
-def test_merge_solution_is_accepted(fn):
-    v = check_merge_heads(fn)
-    assert_accepted(v)
+def hf_W_O_interleaved(X, W_Q, W_K, W_V, W_O):
+    h, d_v, d_model = W_O.shape
+    fuse = lambda W: W.permute(1, 0, 2).reshape(W.shape[1], -1)   # noqa: E731
+    Q, K, V = (split_heads(X @ fuse(W), h) for W in (W_Q, W_K, W_V))
+    return merge_heads(attention(Q, K, V)) @ W_O.permute(1, 0, 2).reshape(h * d_v, d_model)
 
 
-@pytest.mark.parametrize("fn, label", [(merge_no_transpose, "no-transpose"), (merge_interleaved, "interleaved"),
-                                       (merge_last_two_swapped, "wrong-axes"), (merge_reversed, "wrong-order"),
-                                       (stub, "stub")])
-def test_merge_mistakes_are_named(fn, label):
-    v = check_merge_heads(fn)
-    assert_named(v, label)
+def hf_scaled(width):
+    def fn(X, W_Q, W_K, W_V, W_O):
+        T = X.shape[1]
+        Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+        d = {"d_v": W_V.shape[-1], "d_model": X.shape[-1], "d_model / h": X.shape[-1] // W_Q.shape[0]}[width]
+        S = (Q @ K.mT / math.sqrt(d)).masked_fill(future(T), float("-inf"))
+        return torch.einsum("bhtv,hvm->btm", torch.softmax(S, -1) @ V, W_O)
+    return fn
 
 
-# ------------------------------------------------------------------------------------------ multi-head
-def mha_ok(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
+def hf_no_mask(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+    return torch.einsum("bhtv,hvm->btm", attention(Q, K, V, causal=False), W_O)
+
+
+def hf_scores_transposed(X, W_Q, W_K, W_V, W_O):
+    d_k, T = W_Q.shape[-1], X.shape[1]
+    Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+    S = torch.einsum("bhqd,bhkd->bhkq", Q, K) / math.sqrt(d_k)         # the output indices swapped
+    P = torch.softmax(S.masked_fill(future(T), float("-inf")), dim=-1)
+    return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
+
+
+def hf_mean(X, W_Q, W_K, W_V, W_O):
+    return hf_sum_of_heads(X, W_Q, W_K, W_V, W_O) / W_Q.shape[0]
+
+
+def hf_apart(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+    return attention(Q, K, V) @ W_O
+
+
+def hf_page_widths(X, W_Q, W_K, W_V, W_O):
+    """The chapter's layer written for d_head = d_model / h: fails when the widths differ."""
+    h, d_model, _ = W_Q.shape
+    B, T, _ = X.shape
     d_head = d_model // h
-    Q, K, V = ((X @ W).reshape(B, T, h, d_head).transpose(1, 2) for W in (W_Q, W_K, W_V))
-    S = Q @ K.transpose(-2, -1) / math.sqrt(d_head)
-    S = S.masked_fill(future(T), float("-inf"))
-    out = torch.softmax(S, dim=-1) @ V
-    return out.transpose(1, 2).reshape(B, T, d_model) @ W_O
+    Q, K, V = (torch.einsum("btm,hmk->bthk", X, W).reshape(B, T, h, d_head).transpose(1, 2)
+               for W in (W_Q, W_K, W_V))
+    return merge_heads(attention(Q, K, V)).reshape(B, T, d_model) @ W_O.reshape(-1, d_model)
 
 
-def mha_per_head(X, W_Q, W_K, W_V, W_O, h):
-    d_head = X.shape[-1] // h
-    outs = []
-    for k in range(h):
-        cols = slice(k * d_head, (k + 1) * d_head)
-        outs.append(attention(X @ W_Q[:, cols], X @ W_K[:, cols], X @ W_V[:, cols]))
-    return torch.cat(outs, dim=-1) @ W_O
+def hf_float32_mask(X, W_Q, W_K, W_V, W_O):
+    d_k, T = W_Q.shape[-1], X.shape[1]
+    Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+    P = softmax(Q @ K.mT / math.sqrt(d_k) + causal_mask(T))     # float32 mask: float16 scores turn float32
+    return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
 
 
-def mha_no_W_O(X, W_Q, W_K, W_V, W_O, h):
-    return merge_heads(attention(*(split_heads(X @ W, h) for W in (W_Q, W_K, W_V))))
+@pytest.mark.parametrize("fn", [hf_einsum, hf_per_head, hf_sum_of_heads, hf_broadcast,
+                                heads._heads_first_reference, heads._hf_variant])
+def test_heads_first_solutions_are_accepted(fn):
+    assert_accepted(check_heads_first(fn))
 
 
-def mha_sqrt_d_model(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    S = Q @ K.transpose(-2, -1) / math.sqrt(d_model)
-    S = S.masked_fill(future(T), float("-inf"))
-    return merge_heads(torch.softmax(S, -1) @ V) @ W_O
+@pytest.mark.parametrize("fn, label", [
+    (hf_fused_by_reshape, "fused-by-reshape"), (hf_W_O_interleaved, "W_O-interleaved"),
+    (hf_scaled("d_v"), "scale-d_v"), (hf_scaled("d_model"), "scale-d_model"), (hf_no_mask, "no-mask"),
+    (hf_scores_transposed, "scores-transposed"), (hf_mean, "mean-heads"), (hf_apart, "heads-apart"),
+    (hf_scaled("d_model / h"), "widths"), (hf_page_widths, "widths"), (stub, "stub"),
+])
+def test_heads_first_mistakes_are_named(fn, label):
+    assert_named(check_heads_first(fn), label)
 
 
-def mha_no_mask(X, W_Q, W_K, W_V, W_O, h):
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    return merge_heads(attention_weights(Q, K, causal=False) @ V) @ W_O
+def test_heads_first_names_a_float32_mask_on_float16_inputs():
+    assert_named(check_heads_first(hf_float32_mask), "float16")     # P @ V then mixes float32 and float16
 
 
-def mha_no_transpose(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = ((X @ W).reshape(B, h, T, d_model // h) for W in (W_Q, W_K, W_V))
-    return merge_heads(attention(Q, K, V)) @ W_O
+def test_heads_first_compares_the_dtype():
+    def computes_in_float32(X, W_Q, W_K, W_V, W_O):
+        return hf_einsum(*(t.float() for t in (X, W_Q, W_K, W_V, W_O)))
+
+    assert_named(check_heads_first(computes_in_float32), "dtype", "float32", "float64")
 
 
-def mha_QtK(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    S = (Q.mT @ K / math.sqrt(d_model // h)).masked_fill(future(T), float("-inf"))
-    return merge_heads(torch.softmax(S, -1) @ V) @ W_O
+def test_heads_first_names_a_weight_scaled_in_place():
+    def fold_the_scale_into_W_Q(X, W_Q, W_K, W_V, W_O):
+        W_Q /= math.sqrt(W_Q.shape[-1])         # the scale folded into W_Q, in the caller's tensor
+        Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+        P = softmax(Q @ K.mT + causal_mask(X.shape[1], dtype=X.dtype))
+        return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
+
+    assert_named(check_heads_first(fold_the_scale_into_W_Q), "in-place", "W_Q")
 
 
-@pytest.mark.parametrize("fn", [mha_ok, mha_per_head])
-def test_multi_head_solution_is_accepted(fn):
-    v = check_multi_head(fn)
-    assert_accepted(v)
+def test_heads_first_accepts_in_place_work_on_its_own_tensors():
+    def masked_fill_in_place(X, W_Q, W_K, W_V, W_O):
+        Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
+        S = Q @ K.mT
+        S /= math.sqrt(W_Q.shape[-1])
+        S.masked_fill_(future(X.shape[1]), float("-inf"))
+        return torch.einsum("bhtv,hvm->btm", S.softmax(-1) @ V, W_O)
+
+    assert_accepted(check_heads_first(masked_fill_in_place))
 
 
-@pytest.mark.parametrize("fn, label", [(mha_no_W_O, "no-W_O"), (mha_sqrt_d_model, "sqrt-d_model"),
-                                       (mha_no_mask, "no-mask"), (mha_no_transpose, "no-transpose"),
-                                       (mha_QtK, "scores-QtK"), (stub, "stub")])
-def test_multi_head_mistakes_are_named(fn, label):
-    v = check_multi_head(fn)
-    assert_named(v, label)
+def test_heads_first_blames_a_mistake_only_when_it_matches_every_case():
+    def mean_only_in_float32(X, W_Q, W_K, W_V, W_O):
+        return hf_mean(X, W_Q, W_K, W_V, W_O) if X.dtype == torch.float32 else hf_einsum(X, W_Q, W_K, W_V, W_O)
+
+    assert_not_named(check_heads_first(mean_only_in_float32), "mean-heads")
 
 
-# ------------------------------------------------------------------------------------------ find the bug
-def fixed_v_still_wrong(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    d = d_model // h
-    Q = (X @ W_Q).reshape(B, T, h, d).transpose(1, 2)
-    K = (X @ W_K).reshape(B, T, h, d).transpose(1, 2)
-    V = (X @ W_V).reshape(B, h, T, d)
-    S = (Q @ K.mT / math.sqrt(d)).masked_fill(future(T), float("-inf"))
-    return (torch.softmax(S, -1) @ V).transpose(1, 2).reshape(B, T, d_model) @ W_O
-
-
-def fixed_merge_broken(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = (split_heads(X @ W, h) for W in (W_Q, W_K, W_V))
-    return attention(Q, K, V).reshape(B, T, d_model) @ W_O
-
-
-def fixed_wrong_axes(X, W_Q, W_K, W_V, W_O, h):
-    B, T, d_model = X.shape
-    d = d_model // h
-    Q, K, V = ((X @ W).view(B, T, h, d).permute(0, 2, 3, 1) for W in (W_Q, W_K, W_V))
-    S = (Q @ K.mT / math.sqrt(d)).masked_fill(future(T), float("-inf"))
-    return (torch.softmax(S, -1) @ V).transpose(1, 2).reshape(B, T, d_model) @ W_O
-
-
-def test_fixed_multi_head_accepts_the_fix():
-    assert check_fixed_multi_head(mha_ok).ok
-    assert check_fixed_multi_head(mha_per_head).ok
-
-
-@pytest.mark.parametrize("fn, label", [(buggy_multi_head, "unchanged"), (fixed_v_still_wrong, "v-unfixed"),
-                                       (fixed_merge_broken, "merge-broken"), (fixed_wrong_axes, "wrong-axes"),
-                                       (stub, "stub")])
-def test_fixed_multi_head_mistakes_are_named(fn, label):
-    v = check_fixed_multi_head(fn)
-    assert_named(v, label)
-
-
-def test_the_buggy_multi_head_runs_silently_and_is_wrong():
-    X, Ws = torch.randn(2, 5, 12), [torch.randn(12, 12) for _ in range(4)]
-    out = buggy_multi_head(X, *Ws, 3)
-    assert out.shape == (2, 5, 12) and not torch.allclose(out, mha_ok(X, *Ws, 3))
+def test_heads_first_cases_keep_every_width_apart():
+    for group in heads._hf_cases():
+        X, W_Q, W_K, W_V, W_O = group.cases[0]
+        h, d_model, d_k = W_Q.shape
+        d_v = W_V.shape[-1]
+        assert len({d_k, d_v, d_model // h}) == 3 and d_model not in (h * d_k, h * d_v), (d_k, d_v, h, d_model)
+    assert {g.cases[0][0].dtype for g in heads._hf_cases()} == {torch.float16, torch.float32, torch.float64}
 
 
 # ------------------------------------------------------------------------------------------ predict: parameters
+WANT = 8 * (96 * 16 * 2 + 96 * 24 * 2) + 8 * (16 + 16 + 24) + 96
+
+
 def test_parameter_prediction():
-    d, h = 96, 8
-    assert sum(p.numel() for p in MultiHeadAttention(d, h).parameters()) == 4 * d * d + 4 * d
+    assert WANT == 61_984
     assert_named(check_attention_parameters(...), "stub")
-    v = check_attention_parameters(4 * d * d + 4 * d)
-    assert v.ok and "37,248" in v.message, v
-    assert not check_attention_parameters(4 * d * d + 4 * d + 1).ok          # a count is exact
-    assert_named(check_attention_parameters(12345), "values")
+    v = check_attention_parameters(WANT)
+    assert v.ok and "61,984" in v.message, v
+    assert not check_attention_parameters(WANT + 1).ok           # a count is exact
+    assert_named(check_attention_parameters(12345), "values", "too low")
+    assert_named(check_attention_parameters(10 ** 6), "values", "too high")
     assert_named(check_attention_parameters("many"), "type")
 
 
 @pytest.mark.parametrize("guess, label", [
-    (96 * 96 * 4, "no-bias"), (8 * (4 * 96 * 96 + 4 * 96), "times-h"), (3 * 96 * 96 + 3 * 96, "no-W_O"),
-    (4 * 96 * 12 + 4 * 12, "one-head"), (8 * 4 * (12 * 12 + 12), "d_head-squared"),
+    (4 * 96 * 96 + 4 * 96, "chapter-layer"), (WANT - 8 * 56 - 96, "no-bias"),
+    (WANT - 8 * 56 - 96 + 4 * 96, "biases-d_model"), (WANT - 96 + 8 * 24, "output-bias-wide"),
+    (3 * (96 * 128 + 128) + 128 * 96 + 96, "values-as-keys"), (2 * (96 * 128 + 128) + 96 * 192 + 192 + 96 * 96 + 96,
+                                                               "output-square"),
+    (2 * (96 * 16 + 16) + 96 * 24 + 24 + 24 * 96 + 96, "one-head"), (8 * WANT, "heads-twice"),
 ])
 def test_parameter_guesses_are_named(guess, label):
     v = check_attention_parameters(guess)
@@ -246,25 +316,153 @@ def test_parameter_guesses_are_named(guess, label):
     assert f"{guess:,}" in v.message
 
 
+def test_a_parameter_verdict_says_which_side_and_never_the_formula():
+    for g in check_attention_parameters.mistakes:
+        if g in _GENERAL:
+            continue
+        for level in (1, 2):
+            token = _LEVEL.set(level)
+            try:
+                text = g.say()
+            finally:
+                _LEVEL.reset(token)
+            assert re.match(r"(far )?too (high|low)", text), (g.label, text)
+            assert not re.search(r"[+·*]|\d", text), (g.label, text)     # no formula, no number to plug in
+
+
+# ------------------------------------------------------------------------------------------ find the bug
+def qkv_fixed(X, W_QKV, W_O, h):
+    B, T, d_model = X.shape
+    d = d_model // h
+    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(2, 0, 3, 1, 4)
+    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
+
+
+def qkv_the_page_way(X, W_QKV, W_O, h):
+    Q, K, V = (split_heads(t, h) for t in (X @ W_QKV).chunk(3, dim=-1))
+    return merge_heads(attention(Q, K, V)) @ W_O
+
+
+def qkv_stale_permute(X, W_QKV, W_O, h):
+    B, T, d_model = X.shape
+    d = d_model // h
+    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(3, 0, 2, 1, 4)
+    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
+
+
+def qkv_no_head_move(X, W_QKV, W_O, h):
+    B, T, d_model = X.shape
+    d = d_model // h
+    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).unbind(dim=2)
+    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
+
+
+def qkv_merge_changed(X, W_QKV, W_O, h):
+    B, T, d_model = X.shape
+    Q, K, V = (split_heads(t, h) for t in (X @ W_QKV).chunk(3, dim=-1))
+    return attention(Q, K, V).reshape(B, T, d_model) @ W_O
+
+
+def qkv_no_transpose(X, W_QKV, W_O, h):
+    B, T, d_model = X.shape
+    Q, K, V = (t.reshape(B, h, T, d_model // h) for t in (X @ W_QKV).chunk(3, dim=-1))
+    return merge_heads(attention(Q, K, V)) @ W_O
+
+
+@pytest.mark.parametrize("fn", [qkv_fixed, qkv_the_page_way])
+def test_fixed_qkv_attention_accepts_the_fix(fn):
+    assert_accepted(check_fixed_qkv_attention(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (buggy_qkv_attention, "unchanged"), (qkv_stale_permute, "stale-permute"), (qkv_no_head_move, "no-head-move"),
+    (qkv_merge_changed, "merge-changed"), (qkv_no_transpose, "no-transpose"), (stub, "stub"),
+])
+def test_fixed_qkv_attention_mistakes_are_named(fn, label):
+    assert_named(check_fixed_qkv_attention(fn), label)
+
+
+def test_fixed_qkv_attention_compares_the_dtype():
+    assert_named(check_fixed_qkv_attention(lambda *a: qkv_fixed(*a).float()), "dtype", "float64")
+
+
+def test_fixed_qkv_attention_blames_a_mistake_only_when_it_matches_every_case():
+    def no_transpose_only_when_h_is_3(X, W_QKV, W_O, h):
+        return (qkv_no_transpose if h == 3 else qkv_fixed)(X, W_QKV, W_O, h)
+
+    assert_not_named(check_fixed_qkv_attention(no_transpose_only_when_h_is_3), "no-transpose")
+
+
+def test_the_buggy_function_runs_silently_and_is_wrong():
+    for X, W_QKV, W_O, h in heads._qkv_cases():
+        out = buggy_qkv_attention(X, W_QKV, W_O, h)
+        assert out.shape == X.shape and not _close(out, qkv_the_page_way(X, W_QKV, W_O, h), 1e-3)
+
+
 # ---- the tables of mistakes ---------------------------------------------------------------------------
-
-def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    from attnlib.checks import heads
-
-    for check, mistakes, cases, reference in [
-        (check_split_heads, heads._SPLIT_MISTAKES, heads._split_cases(), split_heads),
-        (check_merge_heads, heads._MERGE_MISTAKES, heads._merge_cases(), merge_heads),
-        (check_multi_head, heads._MHA_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
-        (check_fixed_multi_head, heads._FIX_MISTAKES, heads._mha_cases(), heads._multi_head_reference),
-    ]:
-        assert_each_mistake_named(check, mistakes)
-        assert_mistakes_distinct(cases[0], reference, mistakes)
+TABLES = [
+    (check_split_heads, heads._split_cases, heads._split_reference),
+    (check_heads_first, lambda: [c for g in heads._hf_cases() for c in g.cases], heads._heads_first_reference),
+    (check_fixed_qkv_attention, heads._qkv_cases, heads._qkv_reference),
+]
 
 
-def test_the_variant_with_its_default_switches_is_the_reference():
-    from attnlib.checks import heads
-    from attnlib.checks._core import _close
+def outcome(fn, case):
+    try:
+        return fn(*case)
+    except Exception as e:  # noqa: BLE001 - an error is an outcome of its own
+        return f"{type(e).__name__}: {e}"
 
-    for case in heads._mha_cases():
-        assert _close(heads._mha_variant(*case), heads._multi_head_reference(*case), 1e-5)
-    assert_accepted(check_multi_head(heads._mha_variant))
+
+def differ(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a != b
+    return not _close(a, b, 1e-3)
+
+
+@pytest.mark.parametrize("check, cases, reference", TABLES, ids=[t[0].__name__ for t in TABLES])
+def test_every_planted_mistake_is_named_as_itself_and_differs_from_the_others(check, cases, reference):
+    own = [m for m in check.mistakes if m not in _GENERAL and m.wrong is not None]
+    for m in own:
+        verdict = check(m.wrong)
+        assert_named(verdict, m.label)
+        assert verdict.message.startswith(m.hint) and verdict.message.endswith(MORE), (m.label, verdict)
+    fns = [reference] + [m.wrong for m in own]
+    for i in range(len(fns)):
+        for j in range(i + 1, len(fns)):
+            assert any(differ(outcome(fns[i], c), outcome(fns[j], c)) for c in cases()), (i, j)
+
+
+def test_the_variants_with_their_default_switches_are_the_references():
+    for group in heads._hf_cases():
+        for case in group.cases:
+            assert _close(heads._hf_variant(*case), heads._heads_first_reference(*case), group.atol)
+    for case in heads._qkv_cases():
+        assert _close(heads._qkv_variant(*case), heads._qkv_reference(*case), 1e-5)
+
+
+def test_the_references_keep_the_inputs_dtype():
+    for x, h in heads._split_cases():
+        assert heads._split_reference(x, h).dtype == x.dtype
+    for group in heads._hf_cases():
+        assert isinstance(group, Group)
+        X = group.cases[0][0]
+        assert heads._heads_first_reference(*group.cases[0]).dtype == X.dtype
+    for case in heads._qkv_cases():
+        assert heads._qkv_reference(*case).dtype == case[0].dtype
+
+
+def test_the_notebooks_buggy_function_is_the_librarys():
+    nb = nbformat.read(BOOK / "06_multi_head.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code"
+                  and c.source.startswith("def attention_from_W_QKV") and "solution" not in c.metadata.get("tags", []))
+    space = {"torch": torch, "math": math, "check_fixed_qkv_attention": lambda fn: None}
+    exec(source, space)
+    for case in heads._qkv_cases():
+        assert torch.equal(space["attention_from_W_QKV"](*case), buggy_qkv_attention(*case))

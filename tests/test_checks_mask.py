@@ -1,220 +1,299 @@
-"""The mask chapter's checkers accept right answers and name each typical mistake."""
+"""The mask chapter's checkers accept right answers, name each typical mistake, and leave no hole: the mask's
+dtype, weights in the scores' dtype, in-place changes of the inputs, and a mistake blamed only where it matches
+every case."""
 
 from __future__ import annotations
 
+import inspect
+
+import numpy as np
 import pytest
 import torch
 
-from attnlib.checks import check_causal_mask, check_masked_weights, check_padded_causal_weights
-from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
+from attnlib import causal_mask
+from attnlib.checks import check_chunk_weights, check_packed_mask, check_padded_causal_weights, mask
+from attnlib.checks._core import MORE, _close
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, hint_leak, stub
 
 NEG_INF = float("-inf")
 
 
-def upper(T, diagonal=1):
-    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=diagonal)
+def assert_each_mistake_named(check, mistakes) -> None:
+    """The checker names every planted mistake as itself, with its own first hint (and the pointer to the second
+    level where there is one)."""
+    for m in mistakes:
+        verdict = check(m.wrong)
+        assert_named(verdict, m.label)
+        assert verdict.message == m.hint + (MORE if m.more else ""), (m.label, verdict)
 
 
-# ---- check_causal_mask: fn(T) -> M (T, T) ---------------------------------------------------------------
-
-def mask_solution(T):
-    return torch.zeros(T, T).masked_fill(upper(T), NEG_INF)
+def lower(T, diagonal=0):
+    return torch.ones(T, T, dtype=torch.bool).tril(diagonal)
 
 
-def mask_solution_additive(T):
-    return torch.full((T, T), NEG_INF).triu(1)
+# ---- check_packed_mask: fn(doc_ids) -> bool (..., T, T), True = may attend ----------------------------------------
+
+def packed_solution(doc_ids):
+    T = doc_ids.shape[-1]
+    same_doc = doc_ids.unsqueeze(-1) == doc_ids.unsqueeze(-2)
+    return same_doc & lower(T)
 
 
-def mask_lower_triangle(T):
-    return torch.zeros(T, T).masked_fill(torch.ones(T, T).tril(-1).bool(), NEG_INF)
+def packed_solution_with_positions(doc_ids):
+    pos = torch.arange(doc_ids.shape[-1])
+    return (doc_ids[..., :, None] == doc_ids[..., None, :]) & (pos[None, :] <= pos[:, None])
 
 
-def mask_tril_fill(T):
-    return torch.zeros(T, T).masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)), NEG_INF)
+def packed_causal_only(doc_ids):
+    return lower(doc_ids.shape[-1])
 
 
-def mask_with_diagonal(T):
-    return torch.zeros(T, T).masked_fill(upper(T, 0), NEG_INF)
+def packed_documents_only(doc_ids):
+    return doc_ids[..., :, None] == doc_ids[..., None, :]
 
 
-def mask_zero_one(T):
-    return torch.triu(torch.ones(T, T), diagonal=1)
+def packed_blocked_convention(doc_ids):  # nn.MultiheadAttention's convention: True = blocked
+    return ~packed_solution(doc_ids)
 
 
-def mask_bool(T):
-    return upper(T)
+def packed_additive(doc_ids):
+    return torch.zeros(packed_solution(doc_ids).shape).masked_fill(~packed_solution(doc_ids), NEG_INF)
 
 
-def mask_keep_bool(T):  # SDPA's boolean convention: True = may attend
-    return torch.ones(T, T, dtype=torch.bool).tril()
+def packed_wrong_triangle(doc_ids):
+    T = doc_ids.shape[-1]
+    return (doc_ids[..., :, None] == doc_ids[..., None, :]) & lower(T).T
 
 
-@pytest.mark.parametrize("fn", [mask_solution, mask_solution_additive])
-def test_causal_mask_solutions_pass(fn):
-    assert_accepted(check_causal_mask(fn))
+def packed_diagonal_blocked(doc_ids):
+    return (doc_ids[..., :, None] == doc_ids[..., None, :]) & lower(doc_ids.shape[-1], -1)
+
+
+def packed_float_zero_one(doc_ids):
+    return packed_solution(doc_ids).float()
+
+
+def packed_numpy(doc_ids):   # through numpy: a float64 0/1 table
+    ids = doc_ids.numpy()
+    T = ids.shape[-1]
+    same = (ids[..., :, None] == ids[..., None, :]) * np.tril(np.ones((T, T)))
+    return torch.from_numpy(same)
+
+
+def packed_int(doc_ids):
+    return packed_solution(doc_ids).long()
+
+
+def packed_for_one_row_only(doc_ids):   # pairs up the first axis: right for (T,), wrong for a batch
+    same = doc_ids[:, None] == doc_ids[None, :]
+    return same & lower(doc_ids.shape[-1])
+
+
+def packed_two_axes_only(doc_ids):
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]
+    return same & lower(doc_ids.shape[-1])
+
+
+def packed_unsqueezes_in_place(doc_ids):
+    rows = doc_ids.unsqueeze_(-1)           # changes the caller's doc_ids
+    return (rows == rows.transpose(-2, -1)) & lower(rows.shape[-2])
+
+
+@pytest.mark.parametrize("fn", [packed_solution, packed_solution_with_positions])
+def test_packed_mask_solutions_pass(fn):
+    assert_accepted(check_packed_mask(fn))
 
 
 @pytest.mark.parametrize("fn, label", [
-    (mask_lower_triangle, "wrong-triangle"),
-    (mask_tril_fill, "wrong-triangle"),
-    (mask_with_diagonal, "diagonal-masked"),
-    (mask_zero_one, "zero-one"),
-    (mask_bool, "zero-one"),
-    (mask_keep_bool, "keep-mask"),
+    (packed_causal_only, "causal-only"),
+    (packed_documents_only, "documents-only"),
+    (packed_blocked_convention, "blocked-convention"),
+    (packed_additive, "additive"),
+    (packed_wrong_triangle, "wrong-triangle"),
+    (packed_diagonal_blocked, "diagonal-blocked"),
+    (packed_for_one_row_only, "batch-axes"),
+    (packed_two_axes_only, "batch-axes"),
     (stub, "stub"),
 ])
-def test_causal_mask_mistakes_are_named(fn, label):
-    assert_named(check_causal_mask(fn), label)
+def test_packed_mask_mistakes_are_named(fn, label):
+    assert_named(check_packed_mask(fn), label)
 
 
-@pytest.mark.parametrize("fill", [-1e4, -1e9, -1e30, torch.finfo(torch.float32).min, -100.0])
-def test_any_large_finite_fill_is_named_finite_and_quoted(fill):
-    def finite(T):
-        return torch.zeros(T, T).masked_fill(upper(T), fill)
-
-    v = check_causal_mask(finite)
-    assert_named(v, "finite")
-    assert f"{fill:.4g}" in v.message
+@pytest.mark.parametrize("fn, dtype", [(packed_float_zero_one, "torch.float32"), (packed_numpy, "torch.float64"),
+                                       (packed_int, "torch.int64")])
+def test_a_mask_of_numbers_where_a_boolean_one_is_asked_is_named(fn, dtype):
+    assert_named(check_packed_mask(fn), "not-boolean", dtype)
 
 
-def test_a_finite_fill_in_float16_or_float64_is_named_finite():
-    for dtype, fill in [(torch.float16, torch.finfo(torch.float16).min), (torch.float64, -1e200),
-                         (torch.float64, torch.finfo(torch.float64).min)]:
-        def finite(T, dtype=dtype, fill=fill):
-            return torch.zeros(T, T, dtype=dtype).masked_fill(upper(T), fill)
-
-        assert_named(check_causal_mask(finite), "finite")
+def test_a_mask_on_another_device_is_named_device():
+    assert_named(check_packed_mask(lambda d: packed_solution(d).to("meta")), "device")
+    assert_named(check_chunk_weights(lambda S, start: chunk_solution(S, start).to("meta")), "device")
 
 
-def test_a_small_finite_fill_is_not_called_a_stand_in_for_minus_infinity():
-    v = check_causal_mask(lambda T: torch.zeros(T, T).masked_fill(upper(T), -1.0))
-    assert_named(v, "values")
+def test_a_blocked_convention_mask_of_numbers_is_named_for_its_convention():
+    assert_named(check_packed_mask(lambda d: (~packed_solution(d)).float()), "blocked-convention")
 
 
-def test_the_mask_checker_tries_an_odd_and_an_even_T():
-    seen = []
-
-    def spy(T):
-        seen.append(T)
-        return mask_solution(T)
-
-    assert_accepted(check_causal_mask(spy))
-    assert any(T % 2 for T in seen) and any(T % 2 == 0 for T in seen), seen
+def test_a_packed_mask_that_changes_doc_ids_in_place_is_named():
+    assert_named(check_packed_mask(packed_unsqueezes_in_place), "in-place", "doc_ids")
 
 
-# ---- check_masked_weights: fn(S) -> P (..., T, T) -------------------------------------------------------
-
-def future_of(S, diagonal=1):
-    return upper(S.shape[-1], diagonal)
-
-
-def weights_solution(S):
-    return torch.softmax(S.masked_fill(future_of(S), NEG_INF), dim=-1)
+def test_the_packed_cases_have_one_row_a_batch_and_two_leading_axes():
+    shapes = [tuple(c[0].shape) for c in mask._packed_cases()]
+    assert [len(s) for s in shapes] == [1, 2, 3], shapes
+    assert all(c[0].dtype == torch.int64 for c in mask._packed_cases())
+    assert mask._packed_reference(*mask._packed_cases()[0]).dtype == torch.bool
 
 
-def weights_solution_renormalised(S):
-    P = torch.softmax(S, dim=-1) * ~future_of(S)
-    return P / P.sum(dim=-1, keepdim=True)
+def test_the_packed_mask_works_with_sdpa():
+    """The reference is a mask SDPA takes as it is: attention within each document equals each document alone."""
+    doc_ids = torch.tensor([0, 0, 0, 1, 1])
+    g = torch.Generator().manual_seed(0)
+    Q, K, V = (torch.randn(5, 4, generator=g) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask._packed_reference(doc_ids))
+    for lo, hi in [(0, 3), (3, 5)]:
+        alone = torch.nn.functional.scaled_dot_product_attention(Q[lo:hi], K[lo:hi], V[lo:hi], is_causal=True)
+        torch.testing.assert_close(out[lo:hi], alone)
 
 
-def weights_solution_finfo_min(S):  # a finite fill that always fits the dtype is fine with a causal mask
-    return torch.softmax(S.masked_fill(future_of(S), torch.finfo(S.dtype).min), dim=-1)
+# ---- check_chunk_weights: fn(S, start) -> P (..., T_q, T_k) in the dtype of S ------------------------------------
+
+def future_of(S, start):
+    T_q, T_k = S.shape[-2:]
+    return torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + start)
 
 
-def weights_after_softmax(S):
-    return torch.softmax(S, dim=-1).masked_fill(future_of(S), 0.0)
+def chunk_solution(S, start):
+    T_q, T_k = S.shape[-2], S.shape[-1]
+    pos_q = torch.arange(start, start + T_q)[:, None]
+    pos_k = torch.arange(T_k)[None, :]
+    return torch.softmax(S.masked_fill(pos_k > pos_q, NEG_INF), dim=-1)
 
 
-def weights_no_mask(S):
-    return torch.softmax(S, dim=-1)
+def chunk_solution_additive(S, start):   # an additive mask built in the scores' dtype
+    M = torch.zeros(S.shape[-2:], dtype=S.dtype).masked_fill(future_of(S, start), NEG_INF)
+    return torch.softmax(S + M, dim=-1)
 
 
-def weights_wrong_axis(S):
-    return torch.softmax(S.masked_fill(future_of(S), NEG_INF), dim=-2)
+def chunk_solution_finfo_min(S, start):  # no row is ever empty, so the dtype's smallest number is fine
+    return torch.softmax(S.masked_fill(future_of(S, start), torch.finfo(S.dtype).min), dim=-1)
 
 
-def weights_wrong_triangle(S):
-    return torch.softmax(S.masked_fill(future_of(S).transpose(-2, -1), NEG_INF), dim=-1)
+def chunk_library_mask(S, start):        # causal_mask(T_q, T_k) places the queries at the last T_q positions
+    return torch.softmax(S + causal_mask(*S.shape[-2:], dtype=S.dtype), dim=-1)
 
 
-def weights_tril_fill(S):
-    T = S.shape[-1]
-    return torch.softmax(S.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(), NEG_INF), dim=-1)
-
-
-def weights_diagonal_masked(S):
+def chunk_rows_are_positions(S, start):
     return torch.softmax(S.masked_fill(future_of(S, 0), NEG_INF), dim=-1)
 
 
-def weights_multiplied(S):
-    T = S.shape[-1]
-    return torch.softmax(S * torch.ones(T, T, dtype=S.dtype).tril(), dim=-1)
+def chunk_self_blocked(S, start):
+    return torch.softmax(S.masked_fill(future_of(S, start - 1), NEG_INF), dim=-1)
 
 
-def weights_fill_minus_1e9(S):
-    return torch.softmax(S.masked_fill(future_of(S), -1e9), dim=-1)
+def chunk_reads_next(S, start):
+    return torch.softmax(S.masked_fill(future_of(S, start + 1), NEG_INF), dim=-1)
 
 
-def weights_fill_float32_min(S):
-    return torch.softmax(S.masked_fill(future_of(S), torch.finfo(torch.float32).min), dim=-1)
+def chunk_no_mask(S, start):
+    return torch.softmax(S, dim=-1)
 
 
-@pytest.mark.parametrize("fn", [weights_solution, weights_solution_renormalised, weights_solution_finfo_min])
-def test_masked_weights_solutions_pass(fn):
-    assert_accepted(check_masked_weights(fn))
+def chunk_after_softmax(S, start):
+    return torch.softmax(S, dim=-1).masked_fill(future_of(S, start), 0.0)
+
+
+def chunk_wrong_axis(S, start):
+    return torch.softmax(S.masked_fill(future_of(S, start), NEG_INF), dim=-2)
+
+
+def chunk_wrong_triangle(S, start):
+    T_q, T_k = S.shape[-2:]
+    past = torch.arange(T_k)[None, :] < torch.arange(start, start + T_q)[:, None]
+    return torch.softmax(S.masked_fill(past, NEG_INF), dim=-1)
+
+
+def chunk_multiplied(S, start):
+    return torch.softmax(S * ~future_of(S, start), dim=-1)
+
+
+def chunk_float32_mask(S, start):        # a float32 mask added to float16 scores gives float32 weights
+    M = torch.zeros(S.shape[-2:]).masked_fill(future_of(S, start), NEG_INF)
+    return torch.softmax(S + M, dim=-1)
+
+
+def chunk_computed_in_float32(S, start):
+    return chunk_solution(S.float(), start)
+
+
+def chunk_fill_minus_1e9(S, start):      # refused by masked_fill on float16 scores
+    return torch.softmax(S.masked_fill(future_of(S, start), -1e9), dim=-1)
+
+
+def chunk_adds_in_place(S, start):
+    S += torch.zeros(S.shape[-2:], dtype=S.dtype).masked_fill(future_of(S, start), NEG_INF)
+    return torch.softmax(S, dim=-1)
+
+
+def chunk_fills_in_place(S, start):
+    return torch.softmax(S.masked_fill_(future_of(S, start), NEG_INF), dim=-1)
+
+
+@pytest.mark.parametrize("fn", [chunk_solution, chunk_solution_additive, chunk_solution_finfo_min])
+def test_chunk_weights_solutions_pass(fn):
+    assert_accepted(check_chunk_weights(fn))
 
 
 @pytest.mark.parametrize("fn, label", [
-    (weights_after_softmax, "after-softmax"),
-    (weights_no_mask, "no-mask"),
-    (weights_wrong_axis, "wrong-axis"),
-    (weights_wrong_triangle, "wrong-triangle"),
-    (weights_tril_fill, "wrong-triangle"),
-    (weights_diagonal_masked, "diagonal-masked"),
-    (weights_multiplied, "multiplied"),
-    (weights_fill_minus_1e9, "finite"),        # passes in float32, refused by masked_fill in float16
-    (weights_fill_float32_min, "finite"),
+    (chunk_library_mask, "last-chunk"),
+    (chunk_rows_are_positions, "row-is-position"),
+    (chunk_self_blocked, "self-blocked"),
+    (chunk_reads_next, "reads-next"),
+    (chunk_no_mask, "no-mask"),
+    (chunk_after_softmax, "after-softmax"),
+    (chunk_wrong_axis, "wrong-axis"),
+    (chunk_wrong_triangle, "wrong-triangle"),
+    (chunk_multiplied, "multiplied"),
+    (chunk_fill_minus_1e9, "finite"),
     (stub, "stub"),
 ])
-def test_masked_weights_mistakes_are_named(fn, label):
-    assert_named(check_masked_weights(fn), label)
+def test_chunk_weights_mistakes_are_named(fn, label):
+    assert_named(check_chunk_weights(fn), label)
 
 
-def test_the_weights_checker_includes_float16_scores():
-    dtypes = []
-
-    def spy(S):
-        dtypes.append(S.dtype)
-        return weights_solution(S)
-
-    assert_accepted(check_masked_weights(spy))
-    assert torch.float16 in dtypes and torch.float32 in dtypes, dtypes
+@pytest.mark.parametrize("fn", [chunk_float32_mask, chunk_computed_in_float32])
+def test_float16_scores_that_come_back_as_float32_weights_are_named(fn):
+    assert_named(check_chunk_weights(fn), "upcast", "torch.float32", "torch.float16")
 
 
-def test_an_unrecognised_answer_gets_a_generic_verdict():
-    assert_named(check_causal_mask(lambda T: torch.zeros(T, T)), "values")
-    assert_named(check_masked_weights(lambda S: S[..., :2]), "shape")
+@pytest.mark.parametrize("fn", [chunk_adds_in_place, chunk_fills_in_place])
+def test_weights_that_write_into_the_scores_are_named_in_place(fn):
+    assert_named(check_chunk_weights(fn), "in-place", "S")
 
 
-def test_a_learner_who_edits_the_input_in_place_does_not_change_later_checks():
-    def in_place(S):
-        return S.zero_()
-
-    assert not check_masked_weights(in_place).ok
-    assert check_masked_weights(weights_solution).ok
-
-    def in_place_padded(S, is_pad):
-        is_pad.fill_(True)
-        return S.zero_()
-
-    assert not check_padded_causal_weights(in_place_padded).ok
-    assert check_padded_causal_weights(padded_solution).ok
+def test_the_chunk_cases_hold_a_middle_the_last_and_the_first_chunk_and_float16():
+    cases = mask._chunk_cases() + mask._chunk_half_cases()
+    kinds = {("first" if start == 0 else "last" if start + S.shape[-2] == S.shape[-1] else "middle")
+             for S, start in cases}
+    assert kinds == {"first", "middle", "last"}
+    assert all(start + S.shape[-2] <= S.shape[-1] for S, start in cases)
+    assert any(S.dtype == torch.float16 and S.dim() == 4 for S, _ in cases)
+    for S, start in cases:
+        assert mask._chunk_reference(S, start).dtype == S.dtype
 
 
-# ---- check_padded_causal_weights: fn(S, is_pad) -> P (B, T, T) ------------------------------------------
+def test_the_chunk_reference_is_the_rows_of_full_causal_attention():
+    """A chunk's weights are rows start … of the full causal weights, restricted to the keys they may reach."""
+    g = torch.Generator().manual_seed(1)
+    full = torch.randn(9, 9, generator=g, dtype=torch.float64)
+    P = torch.softmax(full + causal_mask(9, dtype=torch.float64), dim=-1)
+    torch.testing.assert_close(mask._chunk_reference(full[2:5], 2), P[2:5])
+
+
+# ---- check_padded_causal_weights: fn(S, is_pad) -> P (B, T, T) in the dtype of S ----------------------------------
 
 def allowed_of(S, is_pad):
-    return ~future_of(S) & ~is_pad[:, None, :]
+    return lower(S.shape[-1]) & ~is_pad[:, None, :]
 
 
 def padded_solution(S, is_pad):
@@ -227,12 +306,19 @@ def padded_solution_nan_to_num(S, is_pad):
     return torch.softmax(S.masked_fill(~allowed_of(S, is_pad), NEG_INF), dim=-1).nan_to_num(0.0)
 
 
-def padded_solution_sdpa_style(S, is_pad):  # additive masks, then empty rows zeroed
+def padded_solution_sdpa_style(S, is_pad):  # additive masks in the scores' dtype, then empty rows zeroed
     T = S.shape[-1]
-    M = torch.zeros(T, T).masked_fill(future_of(S), NEG_INF)
-    pad = torch.zeros(is_pad.shape).masked_fill(is_pad, NEG_INF)[:, None, :]
+    M = torch.zeros(T, T, dtype=S.dtype).masked_fill(~lower(T), NEG_INF)
+    pad = torch.zeros(is_pad.shape, dtype=S.dtype).masked_fill(is_pad, NEG_INF)[:, None, :]
     P = torch.softmax(S + M + pad, dim=-1)
     return torch.where(P.isnan(), torch.zeros_like(P), P)
+
+
+def padded_float32_masks(S, is_pad):        # the same with float32 masks: float16 scores give float32 weights
+    T = S.shape[-1]
+    M = torch.zeros(T, T).masked_fill(~lower(T), NEG_INF)
+    pad = torch.zeros(is_pad.shape).masked_fill(is_pad, NEG_INF)[:, None, :]
+    return torch.softmax(S + M + pad, dim=-1).nan_to_num(0.0)
 
 
 def padded_nan_rows(S, is_pad):
@@ -244,12 +330,12 @@ def padded_uniform_rows(S, is_pad):
 
 
 def padded_queries(S, is_pad):
-    allowed = ~future_of(S) & ~is_pad[:, :, None]
+    allowed = lower(S.shape[-1]) & ~is_pad[:, :, None]
     return torch.softmax(S.masked_fill(~allowed, NEG_INF), dim=-1).nan_to_num(0.0)
 
 
 def padded_causal_only(S, is_pad):
-    return torch.softmax(S.masked_fill(future_of(S), NEG_INF), dim=-1)
+    return torch.softmax(S.masked_fill(~lower(S.shape[-1]), NEG_INF), dim=-1)
 
 
 def padded_padding_only(S, is_pad):
@@ -266,8 +352,18 @@ def padded_inverted_nan(S, is_pad):
 
 
 def padded_zeroed_after(S, is_pad):
-    P = torch.softmax(S.masked_fill(future_of(S), NEG_INF), dim=-1)
+    P = torch.softmax(S.masked_fill(~lower(S.shape[-1]), NEG_INF), dim=-1)
     return P.masked_fill(is_pad[:, None, :], 0.0)
+
+
+def padded_fill_in_place(S, is_pad):
+    S.masked_fill_(~allowed_of(S, is_pad), NEG_INF)
+    return torch.softmax(S, dim=-1).nan_to_num(0.0)
+
+
+def padded_fill_minus_1e9(S, is_pad):
+    P = torch.softmax(S.masked_fill(~allowed_of(S, is_pad), -1e9), dim=-1)
+    return P.masked_fill(~allowed_of(S, is_pad).any(-1, keepdim=True), 0.0)
 
 
 @pytest.mark.parametrize("fn", [padded_solution, padded_solution_nan_to_num, padded_solution_sdpa_style])
@@ -284,45 +380,89 @@ def test_padded_causal_solutions_pass(fn):
     (padded_inverted, "inverted-padding"),
     (padded_inverted_nan, "inverted-padding"),
     (padded_zeroed_after, "after-softmax"),
+    (padded_fill_minus_1e9, "finite"),
     (stub, "stub"),
 ])
 def test_padded_causal_mistakes_are_named(fn, label):
     assert_named(check_padded_causal_weights(fn), label)
 
 
-def test_the_padding_cases_include_a_query_with_nothing_to_read():
-    from attnlib.checks import mask
+def test_padded_weights_from_float32_masks_on_float16_scores_are_named_upcast():
+    assert_named(check_padded_causal_weights(padded_float32_masks), "upcast", "torch.float32")
 
-    for S, is_pad in mask._padded_cases()[:1]:
+
+def test_padded_weights_that_fill_the_scores_in_place_are_named():
+    assert_named(check_padded_causal_weights(padded_fill_in_place), "in-place", "S")
+
+
+def test_the_padding_cases_include_a_query_with_nothing_to_read_and_float16():
+    for S, is_pad in mask._padded_cases()[:1] + mask._padded_half_cases():
         empty = ~allowed_of(S, is_pad).any(-1)
         assert empty.any(), "no left-padded sequence: the NaN-row mistake would pass"
-        assert (~is_pad).all(-1).any(), "no unpadded sequence in the batch"
+    S, is_pad = mask._padded_cases()[0]
+    assert (~is_pad).all(-1).any(), "no unpadded sequence in the batch"
+    for S, is_pad in mask._padded_cases() + mask._padded_half_cases():
+        assert mask._padded_reference(S, is_pad).dtype == S.dtype
 
 
-# ---- every checker of the chapter ---------------------------------------------------------------------
+# ---- every checker of the chapter ---------------------------------------------------------------------------------
+
+CHECKERS = [
+    (check_packed_mask, mask._PACKED_MISTAKES, mask._packed_cases(), mask._packed_reference),
+    (check_chunk_weights, mask._CHUNK_MISTAKES, mask._chunk_cases(), mask._chunk_reference),
+    (check_padded_causal_weights, mask._PADDED_MISTAKES, mask._padded_cases(), mask._padded_reference),
+]
+
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    from attnlib.checks import mask
-
-    for check, mistakes, cases, reference in [
-        (check_causal_mask, mask._MASK_MISTAKES, [(5,)], lambda T: mask_solution(T)),
-        (check_masked_weights, mask._WEIGHTS_MISTAKES, mask._scores_cases(), mask._weights_reference),
-        (check_padded_causal_weights, mask._PADDED_MISTAKES, mask._padded_cases(), mask._padded_reference),
-    ]:
+    for check, mistakes, cases, reference in CHECKERS:
         assert_each_mistake_named(check, mistakes)
-        assert_mistakes_distinct(cases[0], reference, mistakes)
+        # the batch of packed rows tells the two forms of the causal-only mask apart, one row does not
+        assert_mistakes_distinct(cases[1 if check is check_packed_mask else 0], reference, mistakes)
+        assert set(mistakes) <= set(check.mistakes), "every mistake the checker can name is registered"
+
+
+def test_the_diagnosed_mistakes_are_registered():
+    labels = {c.__name__: {m.label for m in c.mistakes} for c, *_ in CHECKERS}
+    assert {"not-boolean", "batch-axes"} <= labels["check_packed_mask"]
+    assert {"upcast", "finite"} <= labels["check_chunk_weights"] & labels["check_padded_causal_weights"]
 
 
 def test_each_planted_function_with_no_switch_is_the_answer():
     """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
-    from attnlib.checks import mask
-    from attnlib.checks._core import _close
-
     for wrong, cases, reference, atol in [
-        (mask._planted_mask, [(5,), (8,)], mask_solution, 0.0),
-        (mask._planted_weights, mask._scores_cases(), weights_solution, 1e-5),
-        (mask._planted_weights, mask._half_cases(), weights_solution, 3e-3),
+        (mask._planted_packed, mask._packed_cases(), packed_solution, 0.0),
+        (mask._planted_chunk, mask._chunk_cases(), chunk_solution, 1e-5),
+        (mask._planted_chunk, mask._chunk_half_cases(), chunk_solution, 3e-3),
         (mask._planted_padded, mask._padded_cases(), padded_solution, 1e-5),
+        (mask._planted_padded, mask._padded_half_cases(), padded_solution, 3e-3),
     ]:
         for case in cases:
             assert _close(wrong(*case), reference(*case), atol), wrong.__name__
+
+
+def test_a_mistake_that_matches_some_cases_only_is_not_blamed():
+    def library_mask_on_float32_only(S, start):   # right on the float16 case, "last-chunk" elsewhere
+        return chunk_solution(S, start) if S.dtype == torch.float16 else chunk_library_mask(S, start)
+
+    assert_named(check_chunk_weights(library_mask_on_float32_only), "values")
+
+
+def test_the_second_hint_level_says_more_and_the_first_points_to_it():
+    first = check_chunk_weights(chunk_library_mask)
+    second = check_chunk_weights(chunk_library_mask, hint=2)
+    assert_named(first, "last-chunk", "hint=2")
+    assert_named(second, "last-chunk", "KV cache")
+    assert "hint=2" not in second.message
+
+
+@pytest.mark.parametrize("check, solutions", [
+    (check_packed_mask, [packed_solution, packed_solution_with_positions]),
+    (check_chunk_weights, [chunk_solution, chunk_solution_additive]),
+    (check_padded_causal_weights, [padded_solution, padded_solution_sdpa_style]),
+])
+def test_no_first_level_hint_holds_the_code_of_another_solution(check, solutions):
+    """Beyond the book's solution (tests/test_exercise_hints.py): no hint quotes another correct answer either."""
+    for m in check.mistakes:
+        for f in solutions:
+            assert hint_leak(m.hint, inspect.getsource(f)) is None, (m.label, f.__name__)

@@ -1,147 +1,358 @@
-"""The projections chapter's checkers accept the solutions and name each planted mistake."""
+"""The projections chapter's checkers accept the solutions, name each planted mistake at both hint levels, never
+give the fix away at the first level, and have no holes: dtype, shared parameters, the structure of a built
+module, in-place writes, and blame only where a mistake matches."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
-from attnlib.checks import check_cross_kv, check_linear_by_hand, check_qkv_params, check_split_fused
+from attnlib import FusedProjections, Projections
+from attnlib.checks import check_cross_qkv, check_load_projections, check_qkv_params, check_split_fused
+from attnlib.checks import projections as P
+from attnlib.checks._core import _GENERAL, MORE, _close
 from conftest import assert_accepted, assert_mistakes_distinct, assert_named
 
-# ---- nn.Linear by hand -------------------------------------------------------------------------
-
-def linear_right(x, weight, bias):
-    return x @ weight.T + bias
+CHECKERS = [check_load_projections, check_split_fused, check_cross_qkv, check_qkv_params]
 
 
-def linear_no_transpose(x, weight, bias):
-    return x @ weight + bias
+# ---- load a checkpoint into nn.Linear layers ---------------------------------------------------------------------
+
+def _sizes(ckpt):
+    (d_model, d_k), d_v = ckpt["W_Q"].shape, ckpt["W_V"].shape[1]
+    return d_model, d_k, d_v
 
 
-def linear_no_bias(x, weight, bias):
-    return x @ weight.T
+def load(ckpt, *, dtype=True, transpose=True, bias=True, share=False):
+    """The solution, or with a planted slip."""
+    proj = Projections(*_sizes(ckpt), bias=True)
+    if dtype:
+        proj = proj.to(ckpt["W_Q"].dtype)
+    for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+        W, b = ckpt[f"W_{name}"], ckpt[f"b_{name}"]
+        if share:
+            layer.weight, layer.bias = nn.Parameter(W.T), nn.Parameter(b)
+            continue
+        with torch.no_grad():
+            layer.weight.copy_(W.T if transpose else W)
+            if bias:
+                layer.bias.copy_(b)
+    return proj
 
 
-def linear_neither(x, weight, bias):
-    return x @ weight
+def load_own_module(ckpt):
+    """Another right answer: a module of the learner's own, in float64 from the start."""
+    d_model, d_k, d_v = _sizes(ckpt)
+    dtype = ckpt["W_Q"].dtype
+
+    class Three(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(d_model, n, dtype=dtype) for n in (d_k, d_k, d_v))
+
+        def forward(self, X):
+            return self.q(X), self.k(X), self.v(X)
+
+    m = Three()
+    with torch.no_grad():
+        for name, layer in [("Q", m.q), ("K", m.k), ("V", m.v)]:
+            layer.weight.copy_(ckpt[f"W_{name}"].T)
+            layer.bias.copy_(ckpt[f"b_{name}"])
+    return m
 
 
-# ---- find the bug: splitting a fused projection -------------------------------------------------
+def load_clone_into_parameter(ckpt):
+    """Another right answer: new Parameters, but of copies (clone), so nothing is shared."""
+    proj = Projections(*_sizes(ckpt), bias=True).to(ckpt["W_Q"].dtype)
+    for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+        layer.weight = nn.Parameter(ckpt[f"W_{name}"].T.clone())
+        layer.bias = nn.Parameter(ckpt[f"b_{name}"].clone())
+    return proj
+
+
+def test_the_loaded_module_is_accepted_in_every_right_form():
+    for answer in (load, load_own_module, load_clone_into_parameter):
+        assert_accepted(check_load_projections(answer))
+
+
+def test_a_float32_module_for_a_float64_checkpoint_is_named():
+    verdict = check_load_projections(lambda c: load(c, dtype=False))
+    assert_named(verdict, "module-dtype", "float32", "float64")
+    assert_named(check_load_projections(lambda c: load(c, dtype=False), hint=2), "module-dtype", "default dtype")
+
+
+def test_a_module_always_in_float64_is_named_for_the_float32_checkpoints():
+    assert_named(check_load_projections(lambda c: load(c).double()), "module-dtype", "float64", "float32")
+
+
+def test_a_checkpoint_loaded_through_numpy_is_named_for_its_dtype():
+    def via_numpy(ckpt):
+        arrays = {k: v.numpy() for k, v in ckpt.items()}             # float64 arrays stay float64, float32 …
+        proj = Projections(*_sizes(ckpt), bias=True).double()         # … but the module is made float64
+        with torch.no_grad():
+            for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+                layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(arrays[f"W_{name}"].T)))
+                layer.bias.copy_(torch.from_numpy(arrays[f"b_{name}"]))
+        return proj
+
+    assert_named(check_load_projections(via_numpy), "module-dtype")
+
+
+@pytest.mark.parametrize("how", ["parameter-of-transpose", "data"])
+def test_a_module_that_shares_the_checkpoints_memory_is_named(how):
+    def sharing(ckpt):
+        if how == "parameter-of-transpose":
+            return load(ckpt, share=True)
+        proj = load(ckpt)
+        proj.k.weight.data = ckpt["W_K"].T            # a view of the checkpoint's memory
+        return proj
+
+    verdict = check_load_projections(sharing)
+    assert_named(verdict, "shared-checkpoint", "weight")
+    assert "copied" not in verdict.message
+
+
+def test_an_untransposed_copy_is_named_although_it_fails_on_the_other_checkpoints():
+    assert_named(check_load_projections(lambda c: load(c, transpose=False)), "no-transpose")
+    assert_named(check_load_projections(lambda c: load(c, transpose=False), hint=2), "no-transpose", "out × in")
+
+
+@pytest.mark.parametrize("how", ["left-random", "no-bias-at-all"])
+def test_biases_not_loaded_are_named(how):
+    def without(ckpt):
+        if how == "left-random":
+            return load(ckpt, bias=False)
+        proj = Projections(*_sizes(ckpt), bias=False).to(ckpt["W_Q"].dtype)
+        with torch.no_grad():
+            for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+                layer.weight.copy_(ckpt[f"W_{name}"].T)
+        return proj
+
+    assert_named(check_load_projections(without), "bias", "Q, K, V")
+
+
+def test_a_bias_missing_from_one_layer_is_named_with_that_layer():
+    def v_without_bias(ckpt):
+        proj = load(ckpt)
+        with torch.no_grad():
+            proj.v.bias.zero_()
+        return proj
+
+    assert_named(check_load_projections(v_without_bias), "bias", "your V ")
+
+
+def test_a_module_with_the_widths_of_K_and_V_swapped_is_rejected():
+    """Structure: Projections(d_model, d_v, d_k) has the same parameter count when d_k = d_v only; the
+    behaviour on a probe input shows it in every case."""
+    def swapped_widths(ckpt):
+        d_model, d_k, d_v = _sizes(ckpt)
+        proj = Projections(d_model, d_v, d_k, bias=True).to(ckpt["W_Q"].dtype)
+        with torch.no_grad():
+            for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+                n = min(layer.weight.shape[0], ckpt[f"W_{name}"].shape[1])
+                layer.weight[:n].copy_(ckpt[f"W_{name}"].T[:n])
+        return proj
+
+    assert not check_load_projections(swapped_widths).ok
+
+
+def test_what_is_not_a_module_is_named():
+    assert_named(check_load_projections(lambda c: (c["W_Q"], c["W_K"], c["W_V"])), "not-a-module", "tuple")
+    assert_named(check_load_projections(lambda c: c), "not-a-module", "dict")
+
+
+def test_a_module_whose_call_is_not_q_k_v_is_named():
+    class OnlyQ(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, X):
+            return self.inner(X)[0]
+
+    assert_named(check_load_projections(lambda c: OnlyQ(load(c))), "output", "Tensor")
+
+
+def test_any_module_whose_call_gives_q_k_v_is_accepted_even_a_fused_one():
+    def fused(ckpt):
+        return FusedProjections.from_separate(load(ckpt)).to(ckpt["W_Q"].dtype)
+
+    assert_accepted(check_load_projections(fused))
+
+
+def test_transposing_the_checkpoint_in_place_is_named():
+    def t_in_place(ckpt):
+        for n in "QKV":
+            ckpt[f"W_{n}"].t_()                        # the caller's checkpoint, transposed in place
+        proj = Projections(*(ckpt["W_Q"].shape[1], ckpt["W_Q"].shape[0], ckpt["W_V"].shape[0]), bias=True)
+        proj = proj.to(ckpt["W_Q"].dtype)
+        with torch.no_grad():
+            for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+                layer.weight.copy_(ckpt[f"W_{name}"])
+                layer.bias.copy_(ckpt[f"b_{name}"])
+        return proj
+
+    assert_named(check_load_projections(t_in_place), "in-place", "ckpt['W_Q']")
+
+
+def test_the_load_cases_are_square_float64_and_of_unequal_widths():
+    (square,), (wide,), (narrow,) = P._load_cases()
+    assert len(set(_sizes(square))) == 1 and square["W_Q"].dtype == torch.float32
+    assert wide["W_Q"].dtype == torch.float64 and _sizes(wide)[1] != _sizes(wide)[2]
+    d_model, d_k, d_v = _sizes(narrow)
+    assert d_k < d_model < d_v
+
+
+# ---- find the bug: splitting a fused projection ------------------------------------------------------------------
+
+def fused_as_given(X, W_QKV, d_k):
+    """The function the chapter prints, bug included."""
+    QKV = X @ W_QKV
+    Q, K, V = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
+    return Q, K, V
+
 
 def fused_right(X, W_QKV, d_k):
     Q, K, V = (X @ W_QKV).split(d_k, dim=-1)
     return Q, K, V
 
 
-def fused_order(X, W_QKV, d_k):
-    K, Q, V = (X @ W_QKV).split(d_k, dim=-1)   # Q and K read from the wrong blocks
-    return Q, K, V
-
-
-def fused_reversed(X, W_QKV, d_k):
-    V, K, Q = (X @ W_QKV).split(d_k, dim=-1)
-    return Q, K, V
-
-
-def fused_as_given(X, W_QKV, d_k):
-    """The function the chapter prints, bug included."""
-    QKV = X @ W_QKV                                        # (..., T, 3·d_k)
-    Q, K, V = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
-    return Q, K, V
-
-
-def fused_rows(X, W_QKV, d_k):
-    Q, K, V = (X @ W_QKV).chunk(3, dim=-2)                 # cut along T instead of the last axis
-    return Q, K, V
-
-
-def fused_reshape_3_d_k(X, W_QKV, d_k):
+def fused_view_3_d_k(X, W_QKV, d_k):
     QKV = X @ W_QKV
-    Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-2)  # another right repair
+    Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-2)    # another right repair
     return Q, K, V
 
 
-# ---- cross-attention K and V -------------------------------------------------------------------
-
-def cross_right(X, X_kv, W_K, W_V):
-    return X_kv @ W_K, X_kv @ W_V
+def fused_slices(X, W_QKV, d_k):
+    return tuple(X @ W_QKV[:, i * d_k:(i + 1) * d_k] for i in range(3))
 
 
-def cross_from_queries(X, X_kv, W_K, W_V):
-    return X @ W_K, X @ W_V
-
-
-def cross_k_from_queries(X, X_kv, W_K, W_V):
-    return X @ W_K, X_kv @ W_V
-
-
-def cross_v_from_queries(X, X_kv, W_K, W_V):
-    return X_kv @ W_K, X @ W_V
-
-
-def cross_swapped(X, X_kv, W_K, W_V):
-    return X_kv @ W_V, X_kv @ W_K
-
-
-CASES = [
-    (check_linear_by_hand, linear_right, [
-        (linear_no_transpose, "no-transpose"),
-        (linear_no_bias, "no-bias"),
-        (linear_neither, "no-transpose-no-bias"),
-    ]),
-    (check_split_fused, fused_right, [
-        (fused_order, "order"),
-        (fused_reversed, "reversed"),
-        (fused_as_given, "unchanged"),
-        (fused_rows, "rows"),
-    ]),
-    (check_cross_kv, cross_right, [
-        (cross_from_queries, "kv-from-queries"),
-        (cross_k_from_queries, "k-from-queries"),
-        (cross_v_from_queries, "v-from-queries"),
-        (cross_swapped, "swapped-weights"),
-    ]),
-]
-
-SOLUTIONS = [(c, s) for c, s, _ in CASES]
-MISTAKES = [(c, w, label) for c, _, ws in CASES for w, label in ws]
-
-
-@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
-def test_solution_is_accepted(check, solution):
-    assert_accepted(check(solution))
-
-
-@pytest.mark.parametrize("check, wrong, label", MISTAKES, ids=lambda x: getattr(x, "__name__", x))
-def test_planted_mistake_is_named(check, wrong, label):
-    assert_named(check(wrong), label)
-
-
-def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
-    from attnlib.checks import projections as P
-
-    for cases, reference, mistakes in [(P._linear_cases(), P._linear_reference, P._LINEAR_MISTAKES),
-                                      (P._fused_cases(), P._fused_reference, P._FUSED_MISTAKES),
-                                      (P._cross_cases(), P._cross_reference, P._CROSS_MISTAKES)]:
-        assert_mistakes_distinct(cases[0], reference, mistakes)
-
-
-def test_another_repair_of_the_fused_split_is_accepted():
-    assert_accepted(check_split_fused(fused_reshape_3_d_k))
+def test_every_right_repair_of_the_fused_split_is_accepted():
+    for answer in (fused_right, fused_view_3_d_k, fused_slices):
+        assert_accepted(check_split_fused(answer))
 
 
 def test_the_fused_bug_runs_silently_with_the_right_shapes():
-    from attnlib.checks import projections as P
-
     for X, W_QKV, d_k in P._fused_cases():
         for got, want in zip(fused_as_given(X, W_QKV, d_k), fused_right(X, W_QKV, d_k)):
             assert got.shape == want.shape and not torch.allclose(got, want)
+
+
+def test_the_stored_verdict_of_the_fused_stub_does_not_say_what_Q_equals():
+    verdict = check_split_fused(fused_as_given)
+    assert_named(verdict, "unchanged")
+    assert "W_QKV[" not in verdict.message and ":d_k" not in verdict.message and "split" not in verdict.message
+
+
+def test_a_repair_that_writes_into_X_is_named():
+    def into_X(X, W_QKV, d_k):
+        X.mul_(1.0).add_(1.0)
+        return fused_right(X - 1.0, W_QKV, d_k)
+
+    assert_named(check_split_fused(into_X), "in-place", "X")
+
+
+def test_a_float64_result_for_float32_inputs_is_a_dtype_mistake():
+    assert_named(check_split_fused(lambda X, W, d: fused_right(X.double(), W.double(), d)), "dtype", "float64")
+
+
+# ---- cross-attention with a fused K/V projection -----------------------------------------------------------------
+
+def cross_right(X, X_kv, W_Q, W_KV, d_k):
+    KV = X_kv @ W_KV
+    K, V = KV.split([d_k, KV.shape[-1] - d_k], dim=-1)
+    return X @ W_Q, K, V
+
+
+def cross_slices(X, X_kv, W_Q, W_KV, d_k):
+    return X @ W_Q, X_kv @ W_KV[:, :d_k], X_kv @ W_KV[:, d_k:]
+
+
+@pytest.mark.parametrize("answer", [cross_right, cross_slices])
+def test_the_cross_solution_is_accepted(answer):
+    assert_accepted(check_cross_qkv(answer))
+
+
+def test_the_cross_cases_have_other_lengths_other_widths_and_d_v_unequal_to_d_k():
+    cases = P._cross_cases()
+    assert any(X.shape[-2] != X_kv.shape[-2] for X, X_kv, *_ in cases)
+    assert any(X.shape[-1] != X_kv.shape[-1] for X, X_kv, *_ in cases)
+    assert any(W_KV.shape[-1] - d_k > d_k for *_, W_KV, d_k in cases)
+    assert any(W_KV.shape[-1] - d_k < d_k for *_, W_KV, d_k in cases)
+
+
+def test_a_cross_answer_in_float64_is_a_dtype_mistake():
+    def promoted(X, X_kv, W_Q, W_KV, d_k):
+        return tuple(t.double() for t in cross_right(X, X_kv, W_Q, W_KV, d_k))
+
+    assert_named(check_cross_qkv(promoted), "dtype", "float64")
+
+
+def test_an_einsum_answer_that_reads_the_wrong_sequence_is_still_rejected():
+    def einsum_from_X(X, X_kv, W_Q, W_KV, d_k):
+        KV = torch.einsum("...ti,io->...to", X, W_KV)
+        return X @ W_Q, KV[..., :d_k], KV[..., d_k:]
+
+    assert not check_cross_qkv(einsum_from_X).ok
+
+
+# ---- every mistake of every table is named, with its first hint, then its second --------------------------------
+
+TABLES = [(check_split_fused, P._FUSED_MISTAKES), (check_cross_qkv, P._CROSS_MISTAKES)]
+PLANTED = [(c, m) for c, ms in TABLES for m in ms]
+
+
+@pytest.mark.parametrize("check, m", PLANTED, ids=[f"{c.__name__}-{m.label}" for c, m in PLANTED])
+def test_each_planted_mistake_is_named_at_both_hint_levels(check, m):
+    first, second = check(m.wrong), check(m.wrong, hint=2)
+    assert_named(first, m.label)
+    assert_named(second, m.label)
+    assert first.message.startswith(m.hint) and first.message.endswith(MORE), first
+    assert second.message.startswith(m.more) and MORE not in second.message, second
+
+
+def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
+    # the (3, d_k) view unbound on the wrong axis raises for d_k ≠ 3: compare the others on case 0;
+    # equal pieces and halves are right when d_v ≤ d_k: compare on case 0, where d_v > d_k
+    fused = [m for m in P._FUSED_MISTAKES if m.label != "unbind-last"]
+    assert_mistakes_distinct(P._fused_cases()[0], P._fused_reference, fused)
+    cross = [m for m in P._CROSS_MISTAKES if m.label != "equal-pieces"]
+    assert_mistakes_distinct(P._cross_cases()[0], P._cross_reference, cross)
+
+
+def test_each_planted_function_with_no_switch_is_the_answer():
+    for wrong, cases, reference in [(P._planted_split, P._fused_cases(), fused_right),
+                                    (P._planted_cross, P._cross_cases(), cross_right)]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__
+
+
+def test_every_mistake_has_a_second_hint_and_is_registered():
+    for check in CHECKERS:
+        own = [m for m in check.mistakes if m not in _GENERAL]
+        assert own and all(m.more for m in own), check.__name__
+    for check, table in TABLES:
+        assert set(table) <= set(check.mistakes), check.__name__
+    assert {m.label for m in check_load_projections.mistakes} >= {
+        "not-a-module", "module-dtype", "shared-checkpoint", "no-transpose", "bias", "output"}
 
 
 # ---- predict: the parameters of GPT-2 small's Q, K, V projections in one layer ----------------------------------
 
 D_MODEL, H = 768, 12
 D_HEAD = D_MODEL // H
+GUESSES = {
+    "one-head": 3 * (D_MODEL * D_HEAD + D_HEAD),
+    "one-head-no-bias": 3 * D_MODEL * D_HEAD,
+    "no-bias": 3 * D_MODEL**2,
+    "full-width-heads": H * 3 * (D_MODEL**2 + D_MODEL),
+    "with-W_O": 4 * (D_MODEL**2 + D_MODEL),
+    "one-matrix": D_MODEL**2 + D_MODEL,
+}
 
 
 def test_qkv_params_stub_right_number_and_each_typical_guess():
@@ -150,52 +361,26 @@ def test_qkv_params_stub_right_number_and_each_typical_guess():
     assert right == 3 * (D_MODEL**2 + D_MODEL) == 1_771_776
     assert_accepted(check_qkv_params(right))
     assert_accepted(check_qkv_params(torch.tensor(right)))
-    guesses = {
-        "one-head": 3 * (D_MODEL * D_HEAD + D_HEAD),
-        "one-head-no-bias": 3 * D_MODEL * D_HEAD,
-        "no-bias": 3 * D_MODEL**2,
-        "full-width-heads": H * 3 * (D_MODEL**2 + D_MODEL),
-        "with-W_O": 4 * (D_MODEL**2 + D_MODEL),
-        "one-matrix": D_MODEL**2 + D_MODEL,
-    }
-    for label, value in guesses.items():
+    for label, value in GUESSES.items():
         assert_named(check_qkv_params(value), label)
+        assert_named(check_qkv_params(value, hint=2), label)
     assert_named(check_qkv_params(right + 1000), "values")
     assert_named(check_qkv_params("many"), "type")
 
 
-def test_qkv_params_are_counted_from_real_modules():
-    from attnlib import FusedProjections
-    from attnlib.checks import projections as P
+@pytest.mark.parametrize("label", list(GUESSES))
+def test_a_wrong_guess_is_told_too_high_or_too_low_and_never_the_formula(label):
+    first = check_qkv_params(GUESSES[label]).message
+    side = "high" if GUESSES[label] > 1_771_776 else "low"
+    assert f"too {side}" in first, first
+    for verdict in (first, check_qkv_params(GUESSES[label], hint=2).message):
+        assert not re.search(r"[·×*]\s*\(|d_model²|\d+\s*[·×*]\s*\d+\s*[·×*]", verdict), verdict
+        assert not re.search(r"3\s*[·×*]|h\s*[·×*]", verdict), verdict
 
+
+def test_qkv_params_are_counted_from_real_modules():
     fused = FusedProjections(D_MODEL, D_MODEL, bias=True)      # all heads' W_Q, W_K, W_V side by side
     assert P._qkv_params(D_MODEL, H) == sum(p.numel() for p in fused.parameters())
     assert P._qkv_params(16, 4) == 3 * (16 * 16 + 16)
 
 
-def test_cross_kv_solution_has_T_kv_rows():
-    g = torch.Generator().manual_seed(0)
-    X, X_kv, W = torch.randn(3, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(6, 4, generator=g)
-    K, V = cross_right(X, X_kv, W, W)
-    assert K.shape == V.shape == (5, 4)
-
-
-def test_cross_kv_names_the_shapes_that_came_back():
-    def narrow_values(X, X_kv, W_K, W_V):
-        return X_kv @ W_K, (X_kv @ W_V)[..., :2]
-
-    verdict = check_cross_kv(narrow_values)
-    assert_named(verdict, "shape")
-    assert "(5, 4), (5, 4)" in verdict.message and "(5, 4), (5, 2)" in verdict.message
-
-
-def test_each_planted_function_with_no_switch_is_the_answer():
-    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
-    from attnlib.checks import projections as P
-    from attnlib.checks._core import _close
-
-    for wrong, cases, reference in [(P._planted_linear, P._linear_cases(), linear_right),
-                                    (P._planted_split, P._fused_cases(), fused_right),
-                                    (P._planted_kv, P._cross_cases(), cross_right)]:
-        for case in cases:
-            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__

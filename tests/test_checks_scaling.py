@@ -1,113 +1,269 @@
-"""The scaling chapter's checkers accept the solutions and name each planted mistake."""
+"""The scaling chapter's checkers accept the solutions, name each planted mistake, and leave no hole: dtype,
+in-place changes of the inputs, and a mistake blamed only where it matches every case."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 import torch
 
 from attnlib.checks import check_head_scores, check_scaled_scores, check_scaled_variance
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named
+from attnlib.checks import scaling as S
+from attnlib.checks._core import MORE
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, hint_leak, stub
 
-# ---- S / √d_k from Q and K ---------------------------------------------------------------------
+# ---- S / √d_k from Q and K in the sequence-first layout: (T_q, B, d_k), (T_k, B, d_k) → (B, T_q, T_k) -----------
 
-def scores_right(Q, K):
+def scores_einsum(Q, K):
+    return torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(Q.shape[-1])
+
+
+def scores_permuted(Q, K):
+    Qb, Kb = Q.permute(1, 0, 2), K.permute(1, 2, 0)          # (B, T_q, d_k), (B, d_k, T_k)
+    return Qb @ Kb / Q.shape[-1] ** 0.5
+
+
+def scores_loop(Q, K):  # one sequence at a time, into a table of the inputs' dtype
+    out = Q.new_empty(Q.shape[1], Q.shape[0], K.shape[0])
+    for b in range(Q.shape[1]):
+        out[b] = Q[:, b] @ K[:, b].T / math.sqrt(Q.shape[-1])
+    return out
+
+
+def scores_batch_table(Q, K):        # the product taken on the sequence-first tensors as they come
     return Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
 
 
-def scores_by_d_k(Q, K):
-    return Q @ K.transpose(-2, -1) / Q.shape[-1]
-
-
-def scores_unscaled(Q, K):
-    return Q @ K.transpose(-2, -1)
-
-
-def scores_no_transpose(Q, K):
-    return Q @ K / math.sqrt(Q.shape[-1])
+def scores_sequence_first(Q, K):
+    return torch.einsum("ibd,jbd->ibj", Q, K) / math.sqrt(Q.shape[-1])
 
 
 def scores_keys_on_rows(Q, K):
-    return K @ Q.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    return torch.einsum("ibd,jbd->bji", Q, K) / math.sqrt(Q.shape[-1])
+
+
+def scores_no_transpose(Q, K):
+    return Q.transpose(0, 1) @ K.transpose(0, 1) / math.sqrt(Q.shape[-1])
+
+
+def scores_unscaled(Q, K):
+    return torch.einsum("ibd,jbd->bij", Q, K)
+
+
+def scores_by_d_k(Q, K):
+    return torch.einsum("ibd,jbd->bij", Q, K) / Q.shape[-1]
 
 
 def scores_times_sqrt(Q, K):
-    return Q @ K.transpose(-2, -1) * Q.shape[-1] ** 0.5
+    return torch.einsum("ibd,jbd->bij", Q, K) * math.sqrt(Q.shape[-1])
 
 
-# ---- scaled scores from X ----------------------------------------------------------------------
+def scores_float32(Q, K):            # a dtype trap: float64 inputs give float32 scores
+    return scores_einsum(Q.float(), K.float())
 
-def head_right(X, W_Q, W_K):
+
+def scores_loop_into_zeros(Q, K):    # a dtype trap: the table is created in the default dtype
+    out = torch.zeros(Q.shape[1], Q.shape[0], K.shape[0])
+    for b in range(Q.shape[1]):
+        out[b] = Q[:, b] @ K[:, b].T / math.sqrt(Q.shape[-1])
+    return out
+
+
+def scores_transpose_in_place(Q, K):  # transpose_ turns the caller's Q around
+    Q.transpose_(0, 1)
+    return Q @ K.permute(1, 2, 0) / math.sqrt(Q.shape[-1])
+
+
+def scores_scale_q_in_place(Q, K):
+    Q /= math.sqrt(Q.shape[-1])
+    return torch.einsum("ibd,jbd->bij", Q, K)
+
+
+@pytest.mark.parametrize("fn", [scores_einsum, scores_permuted, scores_loop])
+def test_scaled_scores_solutions_pass(fn):
+    assert_accepted(check_scaled_scores(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (scores_batch_table, "batch-table"),
+    (scores_sequence_first, "sequence-first-result"),
+    (scores_keys_on_rows, "keys-on-rows"),
+    (scores_no_transpose, "no-transpose"),
+    (scores_unscaled, "no-scale"),
+    (scores_by_d_k, "divide-by-d_k"),
+    (scores_times_sqrt, "multiply-by-sqrt"),
+    (stub, "stub"),
+])
+def test_scaled_scores_mistakes_are_named(fn, label):
+    assert_named(check_scaled_scores(fn), label)
+
+
+@pytest.mark.parametrize("fn", [scores_float32, scores_loop_into_zeros])
+def test_scaled_scores_in_another_dtype_are_named_dtype(fn):
+    assert_named(check_scaled_scores(fn), "dtype", "float32", "float64")
+
+
+def test_scaled_scores_on_another_device_are_named_device():
+    assert_named(check_scaled_scores(lambda Q, K: scores_einsum(Q, K).to("meta")), "device")
+
+
+@pytest.mark.parametrize("fn", [scores_transpose_in_place, scores_scale_q_in_place])
+def test_scaled_scores_that_change_q_in_place_are_named(fn):
+    assert_named(check_scaled_scores(fn), "in-place", "Q")
+
+
+def test_the_layout_cases_are_square_once_then_differ_and_include_float64():
+    cases = S._scores_cases()
+    Q, K = cases[0]
+    assert Q.shape[0] == Q.shape[1] == Q.shape[2] == K.shape[0], "the square case lets layout slips run"
+    assert any(Q.shape[0] != K.shape[0] for Q, K in cases), "T_q ≠ T_k somewhere"
+    assert any(Q.dtype == torch.float64 for Q, _ in cases)
+
+
+def test_a_mistake_that_matches_one_case_only_is_not_blamed():
+    def unscaled_on_square_inputs_only(Q, K):
+        s = scores_einsum(Q, K)
+        return s * math.sqrt(Q.shape[-1]) if Q.shape[0] == Q.shape[1] else s
+
+    assert_named(check_scaled_scores(unscaled_on_square_inputs_only), "values")
+
+
+# ---- find the bug: the score table built by broadcasting ---------------------------------------------------------
+
+def head_fixed(X, W_Q, W_K):
+    Q = X @ W_Q
+    K = X @ W_K
+    pairs = Q[..., :, None, :] * K[..., None, :, :]
+    return pairs.sum(-1) / math.sqrt(W_Q.shape[-1])
+
+
+def head_matmul(X, W_Q, W_K):
     Q, K = X @ W_Q, X @ W_K
     return Q @ K.transpose(-2, -1) / math.sqrt(W_Q.shape[1])
 
 
-def head_sqrt_d_model(X, W_Q, W_K):
+def head_folded_scale(X, W_Q, W_K):  # 1/√d_k folded into a new W_Q: the input is left alone
+    return (X @ (W_Q / math.sqrt(W_Q.shape[1]))) @ (X @ W_K).transpose(-2, -1)
+
+
+def head_scale_only_fixed(X, W_Q, W_K):
     Q, K = X @ W_Q, X @ W_K
-    return Q @ K.transpose(-2, -1) / math.sqrt(X.shape[-1])
+    return (K[..., :, None, :] * Q[..., None, :, :]).sum(-1) / math.sqrt(W_Q.shape[-1])
+
+
+def head_rows_only_fixed(X, W_Q, W_K):
+    Q, K = X @ W_Q, X @ W_K
+    return (Q[..., :, None, :] * K[..., None, :, :]).sum(-1) / math.sqrt(X.shape[-1])
 
 
 def head_by_d_k(X, W_Q, W_K):
-    Q, K = X @ W_Q, X @ W_K
-    return Q @ K.transpose(-2, -1) / W_Q.shape[1]
+    return head_matmul(X, W_Q, W_K) * math.sqrt(W_Q.shape[1]) / W_Q.shape[1]
 
 
 def head_unscaled(X, W_Q, W_K):
-    Q, K = X @ W_Q, X @ W_K
-    return Q @ K.transpose(-2, -1)
+    return head_matmul(X, W_Q, W_K) * math.sqrt(W_Q.shape[1])
 
 
 def head_same_weights(X, W_Q, W_K):
-    Q, K = X @ W_Q, X @ W_Q
-    return Q @ K.transpose(-2, -1) / math.sqrt(W_Q.shape[1])
+    return head_matmul(X, W_Q, W_Q)
 
 
-CASES = [
-    (check_scaled_scores, scores_right, [
-        (scores_by_d_k, "divide-by-d_k"),
-        (scores_unscaled, "no-scale"),
-        (scores_no_transpose, "no-transpose"),
-        (scores_keys_on_rows, "transposed-table"),
-        (scores_times_sqrt, "multiply-by-sqrt"),
-    ]),
-    (check_head_scores, head_right, [
-        (head_sqrt_d_model, "sqrt-d_model"),
-        (head_by_d_k, "divide-by-d_k"),
-        (head_unscaled, "no-scale"),
-        (head_same_weights, "same-weights"),
-    ]),
-]
-
-SOLUTIONS = [(c, s) for c, s, _ in CASES]
-MISTAKES = [(c, w, label) for c, _, ws in CASES for w, label in ws]
+def head_float32(X, W_Q, W_K):
+    return head_matmul(X.float(), W_Q.float(), W_K.float())
 
 
-@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
-def test_solution_is_accepted(check, solution):
-    assert_accepted(check(solution))
+def head_folds_scale_in_place(X, W_Q, W_K):  # folds 1/√d_k into the caller's W_Q
+    W_Q *= W_Q.shape[1] ** -0.5
+    return (X @ W_Q) @ (X @ W_K).transpose(-2, -1)
 
 
-@pytest.mark.parametrize("check, wrong, label", MISTAKES, ids=lambda x: getattr(x, "__name__", x))
-def test_planted_mistake_is_named(check, wrong, label):
-    assert_named(check(wrong), label)
+@pytest.mark.parametrize("fn", [head_fixed, head_matmul, head_folded_scale])
+def test_head_scores_solutions_pass(fn):
+    assert_accepted(check_head_scores(fn))
 
 
-def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
-    from attnlib.checks import scaling as S
+@pytest.mark.parametrize("fn, label", [
+    (S.buggy_head_scores, "as-given"),
+    (head_scale_only_fixed, "rows-are-keys"),
+    (head_rows_only_fixed, "sqrt-d_model"),
+    (head_by_d_k, "divide-by-d_k"),
+    (head_unscaled, "no-scale"),
+    (head_same_weights, "same-weights"),
+    (stub, "stub"),
+])
+def test_head_scores_mistakes_are_named(fn, label):
+    assert_named(check_head_scores(fn), label)
 
-    for cases, reference, mistakes in [(S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES),
-                                      (S._head_cases(), S._head_reference, S._HEAD_MISTAKES)]:
+
+def test_head_scores_in_float32_for_float64_inputs_are_named_dtype():
+    assert_named(check_head_scores(head_float32), "dtype", "float64")
+
+
+def test_folding_the_scale_into_the_callers_w_q_is_named_in_place():
+    assert_named(check_head_scores(head_folds_scale_in_place), "in-place", "W_Q")
+
+
+def test_the_bug_hunt_cases_have_d_k_apart_from_d_model_and_t():
+    for X, W_Q, _ in S._head_cases():
+        assert W_Q.shape[1] not in (X.shape[-1], X.shape[-2])
+
+
+# ---- every function checker of the chapter -----------------------------------------------------------------------
+
+def assert_each_mistake_named(check, mistakes) -> None:
+    """The checker names every planted mistake as itself, with its own first hint (and the pointer to the second
+    level where there is one)."""
+    for m in mistakes:
+        verdict = check(m.wrong)
+        assert_named(verdict, m.label)
+        assert verdict.message == m.hint + (MORE if m.more else ""), (m.label, verdict)
+
+
+def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
+    for check, cases, reference, mistakes in [
+        (check_scaled_scores, S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES),
+        (check_head_scores, S._head_cases(), S._head_reference, S._HEAD_MISTAKES),
+    ]:
+        assert_each_mistake_named(check, mistakes)
         assert_mistakes_distinct(cases[0], reference, mistakes)
+        assert set(mistakes) <= set(check.mistakes), "every mistake the checker can name is registered"
 
 
-def test_forgetting_the_transpose_fails_on_shapes_when_d_k_differs_from_T():
-    from attnlib.checks import scaling as S
+def test_each_planted_function_with_no_switch_is_the_answer():
+    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
+    from attnlib.checks._core import _close
 
-    Q, K = S._scores_cases()[1]
-    assert Q.shape[-1] != Q.shape[-2]
-    with pytest.raises(RuntimeError):
-        scores_no_transpose(Q, K)
+    for wrong, cases, reference in [(S._planted_scores, S._scores_cases(), scores_einsum),
+                                    (S._planted_head, S._head_cases(), head_matmul)]:
+        for case in cases:
+            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__
+
+
+def test_the_references_keep_the_inputs_dtype():
+    for Q, K in S._scores_cases():
+        assert S._scores_reference(Q, K).dtype == Q.dtype
+    for X, W_Q, W_K in S._head_cases():
+        assert S._head_reference(X, W_Q, W_K).dtype == X.dtype
+
+
+def test_the_second_hint_level_says_more_and_the_first_points_to_it():
+    first, second = check_scaled_scores(scores_batch_table), check_scaled_scores(scores_batch_table, hint=2)
+    assert_named(first, "batch-table", "hint=2")
+    assert_named(second, "batch-table", "batch axis to the front")
+    assert "hint=2" not in second.message
+
+
+@pytest.mark.parametrize("check, solutions", [
+    (check_scaled_scores, [scores_einsum, scores_permuted]),
+    (check_head_scores, [head_fixed, head_matmul]),
+])
+def test_no_first_level_hint_holds_the_code_of_another_solution(check, solutions):
+    """Beyond the book's solution (tests/test_exercise_hints.py): no hint quotes another correct answer either."""
+    for m in check.mistakes:
+        for f in solutions:
+            assert hint_leak(m.hint, inspect.getsource(f)) is None, (m.label, f.__name__)
 
 
 # ---- predict: the variance of the scaled score when q and k have components of variance 4 ------------------------
@@ -120,21 +276,33 @@ def test_scaled_variance_stub_right_number_and_each_typical_guess():
     assert_accepted(check_scaled_variance(15.5))
     guesses = {
         "scaling-fixes-it": 1,
+        "std-not-variance": 2,
         "one-factor": sigma2,
         "added": sigma2 + sigma2,
-        "unscaled": sigma2 * sigma2 * d_k,
+        "one-factor-divided-by-sqrt": sigma2 * math.sqrt(d_k),
         "divided-by-sqrt": sigma2 * sigma2 * math.sqrt(d_k),
         "one-factor-unscaled": sigma2 * d_k,
+        "unscaled": sigma2 * sigma2 * d_k,
     }
     for label, value in guesses.items():
-        assert_named(check_scaled_variance(value), label)
-    assert_named(check_scaled_variance(40), "values")
+        v = check_scaled_variance(value)
+        assert_named(v, label)
+        side = "too high" if value > 16 else "too low"
+        assert v.message.startswith(side), (label, v)
+    assert {g.label for g in S._GUESSES} == set(guesses)
+    assert_named(check_scaled_variance(40), "values", "too high")
     assert_named(check_scaled_variance([16]), "type")
 
 
-def test_scaled_variance_is_measured_and_reported():
-    from attnlib.checks import scaling as S
+def test_no_first_level_guess_hint_gives_the_method():
+    """A wrong prediction is told its side and which part of the count is off, never how to count."""
+    for g in S._GUESSES:
+        for method in ("σ² · σ²", "σ⁴", "(√d_k)²", "= d_k", "divides its variance", "var(", "product of the"):
+            assert method not in g.hint, (g.label, method)
+        assert "16" not in g.hint, (g.label, "the answer")
 
+
+def test_scaled_variance_is_measured_and_reported():
     measured = S._measured_scaled_variance(**S._VARIANCE)
     assert abs(measured - 16) < 0.8, measured
     assert S._measured_scaled_variance(1.0, 64, 20_000) == pytest.approx(1.0, rel=0.05)
@@ -147,14 +315,3 @@ def test_scaled_variance_leaves_the_global_random_state_alone():
     torch.manual_seed(0)
     check_scaled_variance(16)
     assert torch.equal(torch.rand(2), want)
-
-
-def test_each_planted_function_with_no_switch_is_the_answer():
-    """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
-    from attnlib.checks import scaling as S
-    from attnlib.checks._core import _close
-
-    for wrong, cases, reference in [(S._planted_scores, S._scores_cases(), scores_right),
-                                    (S._planted_head, S._head_cases(), head_right)]:
-        for case in cases:
-            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__

@@ -1,250 +1,392 @@
-"""The stack checkers accept the solution, reject the stub and name every planted mistake."""
+"""The stack checkers accept the solution, reject the stub and name every planted mistake, and each hole class of
+issue 20 (structure of built modules, parameters shared with the inputs, in-place changes, dtype, misleading
+blame) has failing examples here."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlib import Block, KVCache, attention, merge_heads
-from attnlib.checks import (
-    check_build_blocks,
-    check_cached_generation,
-    check_next_token_windows,
-    check_run_stack,
-)
+from attnlib import Block, KVCache, attention, causal_mask, merge_heads
+from attnlib.checks import _core, check_cached_generation, check_deepen, check_logit_lens, check_text_windows, stack
 from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
-# --- build_blocks -------------------------------------------------------------------------------------------------
-
-def build_ok(L, d_model, h):
-    return nn.ModuleList(Block(d_model, h) for _ in range(L))
+# --- deepen: copies and identity blocks -----------------------------------------------------------------------
 
 
-def build_same_block(L, d_model, h):
-    block = Block(d_model, h)
-    return nn.ModuleList([block for _ in range(L)])
+def _zero(block, which=("attn.W_O", "mlp.W_2"), bias=True):
+    """Zero the parameters of ``block`` whose names start with one of ``which`` (weights only if not ``bias``)."""
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if any(name.startswith(w) for w in which) and (bias or name.endswith("weight")):
+                p.zero_()
+    return block
 
 
-def build_shared_attention(L, d_model, h):
-    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
-    for b in blocks:
-        b.attn = blocks[0].attn
-    return blocks
+def _like(block, **changes):
+    """A fresh Block with ``block``'s settings (in its dtype), some of them changed."""
+    s = dict(d_model=block.d_model, h=block.attn.h, d_ff=block.mlp.d_ff, rope=block.attn.rope,
+             dtype=next(block.parameters()).dtype)
+    s.update(changes)
+    return Block(s["d_model"], s["h"], s["d_ff"], rope=s["rope"]).to(s["dtype"])
 
 
-def build_shared_mlp(L, d_model, h):
-    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
-    for b in blocks[1:]:
-        b.mlp = blocks[0].mlp
-    return blocks
+def deepen_ok(blocks):
+    deeper = nn.ModuleList()
+    for block in blocks:
+        new = copy.deepcopy(block)
+        with torch.no_grad():
+            for p in [*new.attn.W_O.parameters(), *new.mlp.W_2.parameters()]:
+                p.zero_()
+        deeper.extend([copy.deepcopy(block), new])
+    return deeper
 
 
-def build_shared_norm(L, d_model, h):
-    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L))
-    for b in blocks[1:]:
-        b.ln_2 = blocks[0].ln_2
-    return blocks
+def deepen_fresh_ok(blocks):
+    """Also right: a fresh block with every setting repeated (h, d_ff, RoPE, dtype), its output layers zeroed."""
+    return nn.ModuleList(b for block in blocks for b in (copy.deepcopy(block), _zero(_like(block))))
 
 
-def build_too_few(L, d_model, h):
-    return nn.ModuleList(Block(d_model, h) for _ in range(1, L))
+def _pairs(first, second):
+    """A deepen answer whose entries are first(block), second(block) for every given block."""
+    return lambda blocks: nn.ModuleList(b for block in blocks for b in (first(block), second(block)))
 
 
-def build_too_many(L, d_model, h):
-    return nn.ModuleList(Block(d_model, h) for _ in range(L + 1))
+_copy = copy.deepcopy
 
 
-def build_wide_mlp(L, d_model, h):
-    return nn.ModuleList(Block(d_model, h, d_ff=2 * d_model) for _ in range(L))
+def _loaded(block, **changes):
+    fresh = _like(block, **changes)
+    fresh.load_state_dict(block.state_dict())
+    return fresh
 
 
-def build_plain_list(L, d_model, h):
-    return [Block(d_model, h) for _ in range(L)]
+def _shares_norm(blocks):
+    deeper = deepen_ok(blocks)
+    for k in range(1, len(deeper), 2):
+        deeper[k].ln_1 = deeper[k - 1].ln_1
+    return deeper
 
 
-def build_generator(L, d_model, h):
-    return (Block(d_model, h) for _ in range(L))
+def _twice(blocks):
+    deeper = nn.ModuleList()
+    for block in blocks:
+        c = copy.deepcopy(block)
+        deeper.extend([c, c])
+    return deeper
+
+
+def _grad_error(blocks):
+    deeper = nn.ModuleList()
+    for block in blocks:
+        new = copy.deepcopy(block)
+        new.attn.W_O.weight.zero_()                  # a parameter that requires grad, outside no_grad
+        deeper.extend([copy.deepcopy(block), new])
+    return deeper
+
+
+def _partial_copy(block):
+    fresh = _like(block)
+    fresh.attn.load_state_dict(block.attn.state_dict())
+    fresh.mlp.load_state_dict(block.mlp.state_dict())   # the LayerNorms are left at 1 and 0
+    return fresh
 
 
 @pytest.mark.parametrize("fn, label", [
-    (build_same_block, "same-block"), (build_shared_attention, "shared-attention"),
-    (build_shared_mlp, "shared-mlp"), (build_shared_norm, "shared-parameters"), (build_too_few, "wrong-count"),
-    (build_too_many, "wrong-count"), (build_wide_mlp, "parameter-count"), (build_plain_list, "not-modulelist"),
-    (build_generator, "not-modulelist"), (lambda L, d, h: tuple(build_ok(L, d, h)), "not-modulelist"),
+    # parameters shared with the input, or between entries
+    (_pairs(lambda b: b, lambda b: _zero(_copy(b))), "shared-parameters"),
+    (_twice, "same-block"),
+    (_shares_norm, "shared-between"),
+    # structure that no parameter count sees
+    (_pairs(_copy, lambda b: _zero(_like(b, h=4))), "wrong-heads"),
+    (_pairs(lambda b: _loaded(b, h=4), lambda b: _zero(_copy(b))), "wrong-heads"),    # copied into h = 4
+    (_pairs(_copy, lambda b: _zero(_like(b, d_ff=4 * b.d_model))), "wrong-d_ff"),
+    (_pairs(_copy, lambda b: _zero(_like(b, dtype=torch.float32))), "wrong-dtype"),
+    (_pairs(_copy, lambda b: _zero(_like(b, rope=False))), "wrong-structure"),
+    # what the entries compute
+    (_pairs(lambda b: _zero(_copy(b)), _copy), "order"),
+    (lambda blocks: nn.ModuleList([_copy(b) for b in blocks] + [_zero(_copy(b)) for b in blocks]), "order"),
+    (_pairs(_partial_copy, lambda b: _zero(_copy(b))), "copy-differs"),
+    (_pairs(_copy, lambda b: _zero(_copy(b), bias=False)), "constant-added"),
+    (_pairs(_copy, lambda b: _zero(_copy(b), which=("attn.W_QKV", "mlp.W_1"))), "constant-added"),
+    (_pairs(_copy, lambda b: _zero(_copy(b), which=("ln_1", "ln_2"))), "constant-added"),
+    (_pairs(_copy, _like), "not-identity"),
+    (_pairs(_copy, lambda b: _zero(_copy(b), which=("",))), "dead-block"),
+    (_pairs(_copy, lambda b: _zero(_copy(b), which=("attn", "mlp.W_2"))), "dead-block"),
+    # the container
+    (lambda blocks: list(deepen_ok(blocks)), "not-modulelist"),
+    (lambda blocks: tuple(deepen_ok(blocks)), "not-modulelist"),
+    (lambda blocks: nn.ModuleList([*deepen_ok(blocks), _copy(blocks[0])]), "wrong-count"),
+    (lambda blocks: nn.ModuleList(_copy(b) for b in blocks), "wrong-count"),
+    (lambda blocks: blocks[0], "type"),
+    (lambda blocks: 3, "type"),
+    (_grad_error, "in-place-with-grad"),
 ])
-def test_build_blocks_mistakes(fn, label):
-    v = check_build_blocks(fn)
-    assert_named(v, label)
+def test_deepen_mistakes_are_named(fn, label):
+    assert_named(check_deepen(fn), label)
 
 
-def test_build_blocks_reports_a_parameter_count_as_a_count():
-    v = check_build_blocks(build_wide_mlp)
-    per_block = sum(p.numel() for p in Block(16, 4, d_ff=32).parameters())
-    want = sum(p.numel() for p in Block(16, 4).parameters())
-    assert f"your stack has {3 * per_block:,} parameters, expected {3 * want:,}" in v.message, v
+def test_deepen_solution_stub_and_other_right_answers():
+    assert_accepted(check_deepen(deepen_ok))
+    assert_accepted(check_deepen(deepen_fresh_ok))
+    assert_named(check_deepen(stub), "stub")
+    assert_named(check_deepen(lambda blocks: None), "none")
 
 
-def test_build_blocks_says_what_a_plain_list_hides():
-    v = check_build_blocks(build_plain_list)
+def test_deepen_a_shallow_copy_changes_the_given_blocks_and_is_told_so():
+    """copy.copy(block) shares the parameters: zeroing its W_O zeroes the given block's, an in-place change."""
+    v = check_deepen(_pairs(_copy, lambda b: _zero(copy.copy(b))))
+    assert_named(v, "in-place", "blocks.0.attn.W_O")
+
+
+def test_deepen_an_answer_that_zeroes_the_given_blocks_is_told_so():
+    def vandal(blocks):
+        deeper = nn.ModuleList()
+        for block in blocks:
+            deeper.append(copy.deepcopy(block))
+            deeper.append(copy.deepcopy(_zero(block)))
+        return deeper
+
+    assert_named(check_deepen(vandal), "in-place")
+    assert_accepted(check_deepen(deepen_ok))                 # and a later verdict is unchanged
+
+
+def test_deepen_names_the_entry_the_block_and_the_setting():
+    v = check_deepen(_pairs(_copy, lambda b: _zero(_like(b, h=4))))
+    assert "entry 1 has 4 heads, block 0 has 2" in v.message, v
+    v = check_deepen(_pairs(lambda b: b, lambda b: _zero(_copy(b))))
+    assert "entry 0" in v.message and "block 0 that was passed in" in v.message, v
+    v = check_deepen(lambda blocks: list(deepen_ok(blocks)))
     assert "sees 0 of its" in v.message, v
 
 
-def test_build_blocks_solution_and_stub():
-    assert check_build_blocks(build_ok).ok
-    assert_named(check_build_blocks(stub), "stub")
+def test_deepen_success_message_says_what_was_checked_and_nothing_else():
+    v = check_deepen(deepen_ok)
+    assert "shares a parameter with the given blocks" in v.message and "copied" not in v.message, v
 
 
-def test_build_blocks_leaves_the_random_state_alone():
-    torch.manual_seed(3)
-    a = torch.rand(3)
-    torch.manual_seed(3)
-    check_build_blocks(build_ok)
-    assert torch.equal(torch.rand(3), a)
+def test_deepen_cases_catch_the_chapters_sizes():
+    """The checker's blocks have h ≠ 4 and d_ff ≠ 4·d_model, and one stack is float64, so a block built from the
+    chapter's numbers or in the default dtype differs from them."""
+    for i in range(len(stack._DEEPEN_CASES)):
+        blocks, = stack._fresh_blocks(i)
+        for b in blocks:
+            assert b.attn.h != 4 and b.mlp.d_ff != 4 * b.d_model
+    assert {next(stack._fresh_blocks(i)[0].parameters()).dtype for i in range(2)} == {torch.float32,
+                                                                                          torch.float64}
 
 
-@pytest.mark.parametrize("fn", [lambda L, d, h: [nn.Linear(d, d) for _ in range(L)], lambda L, d, h: Block(d, h),
-                                lambda L, d, h: 3])
-def test_build_blocks_rejects_other_things(fn):
-    v = check_build_blocks(fn)
-    assert_named(v, "type")
+# --- logit lens --------------------------------------------------------------------------------------------------
 
-
-# --- run_stack ----------------------------------------------------------------------------------------------------
-
-def run_ok(X0, blocks, ln_f):
-    X = X0
+def lens_ok(X0, blocks, ln_f, head):
+    X, reads = X0, [head(ln_f(X0))]
     for block in blocks:
         X = block(X)
-    return ln_f(X)
+        reads.append(head(ln_f(X)))
+    return torch.stack(reads)
 
 
-def run_x0(X0, blocks, ln_f):
-    outs = [block(X0) for block in blocks]
-    return ln_f(outs[-1])
-
-
-def run_no_norm(X0, blocks, ln_f):
-    X = X0
-    for block in blocks:
-        X = block(X)
-    return X
-
-
-def run_norm_every(X0, blocks, ln_f):
-    X = X0
+def lens_normed_stream(X0, blocks, ln_f, head):
+    X, reads = ln_f(X0), []
+    reads.append(head(X))
     for block in blocks:
         X = ln_f(block(X))
-    return X
+        reads.append(head(X))
+    return torch.stack(reads)
 
 
-def run_reversed(X0, blocks, ln_f):
+def lens_preallocated(X0, blocks, ln_f, head):
+    out = torch.empty(len(blocks) + 1, *X0.shape[:-1], head.out_features)   # float32, whatever X0 is
     X = X0
-    for block in reversed(list(blocks)):
+    out[0] = head(ln_f(X))
+    for l, block in enumerate(blocks):
         X = block(X)
-    return ln_f(X)
+        out[l + 1] = head(ln_f(X))
+    return out
 
 
-def run_norm_first(X0, blocks, ln_f):
-    X = ln_f(X0)
+def lens_in_place(X0, blocks, ln_f, head):
+    reads = [head(ln_f(X0))]
     for block in blocks:
-        X = block(X)
-    return X
+        X0.copy_(block(X0))
+        reads.append(head(ln_f(X0)))
+    return torch.stack(reads)
 
 
 @pytest.mark.parametrize("fn, label", [
-    (run_x0, "x0-every-block"), (run_no_norm, "no-final-norm"), (run_norm_every, "norm-every-block"),
-    (run_reversed, "reversed"), (run_norm_first, "norm-first"),
+    (lens_normed_stream, "normed-stream"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks, nn.Identity(), head), "raw-reads"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks, ln_f, head)[1:], "missing-x0"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks, ln_f, head)[:-1], "missing-last"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks, ln_f, head).softmax(-1), "probabilities"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks, ln_f, head).transpose(0, 1), "layer-axis"),
+    (lambda X0, blocks, ln_f, head: lens_ok(X0, blocks[::-1], ln_f, head), "reversed"),
+    (lens_preallocated, "dtype"),
+    (lens_in_place, "in-place"),
 ])
-def test_run_stack_mistakes(fn, label):
-    v = check_run_stack(fn)
-    assert_named(v, label)
+def test_logit_lens_mistakes_are_named(fn, label):
+    assert_named(check_logit_lens(fn), label)
 
 
-def test_run_stack_solution_and_stub():
-    assert check_run_stack(run_ok).ok
-    assert_named(check_run_stack(stub), "stub")
+def test_logit_lens_solution_and_stub():
+    assert_accepted(check_logit_lens(lens_ok))
+    assert_named(check_logit_lens(stub), "stub")
 
 
-def test_a_run_stack_answer_that_mutates_the_modules_cannot_pass_or_change_later_verdicts():
-    def make_ln_f_plain(X0, blocks, ln_f):
+def test_logit_lens_a_float32_result_for_float64_inputs_is_told_its_dtype():
+    v = check_logit_lens(lens_preallocated)
+    assert "torch.float32, expected torch.float64" in v.message, v
+
+
+def test_logit_lens_an_answer_that_changes_the_modules_cannot_pass_or_change_later_verdicts():
+    def plain_ln_f(X0, blocks, ln_f, head):
         with torch.no_grad():
             ln_f.weight.fill_(1.0)
             ln_f.bias.zero_()
-        return run_ok(X0, blocks, torch.nn.LayerNorm(X0.shape[-1]))   # right only for the ln_f it has changed
+        return lens_ok(X0, blocks, nn.LayerNorm(X0.shape[-1]).to(X0.dtype), head)
 
-    assert not check_run_stack(make_ln_f_plain).ok
-    assert check_run_stack(run_ok).ok
-    assert_named(check_run_stack(run_no_norm), "no-final-norm")
-
-
-# --- next_token_windows -------------------------------------------------------------------------------------------
-
-def windows_ok(data, starts, T):
-    x = torch.stack([data[s:s + T] for s in starts.tolist()])
-    y = torch.stack([data[s + 1:s + T + 1] for s in starts.tolist()])
-    return x, y
+    assert_named(check_logit_lens(plain_ln_f), "in-place", "ln_f.weight")
+    assert_accepted(check_logit_lens(lens_ok))
 
 
-def windows_no_shift(data, starts, T):
-    x = torch.stack([data[s:s + T] for s in starts.tolist()])
-    return x, x.clone()
+# --- text windows ------------------------------------------------------------------------------------------------
+
+def windows_ok(data, T):
+    return data[:-1].unfold(0, T, T), data[1:].unfold(0, T, T)
 
 
-def windows_wrong_way(data, starts, T):
-    x = torch.stack([data[s:s + T] for s in starts.tolist()])
-    y = torch.stack([data[s - 1:s + T - 1] for s in starts.tolist()])
-    return x, y
+def windows_loop(data, T):
+    n = (len(data) - 1) // T
+    return (torch.stack([data[k * T:k * T + T] for k in range(n)]),
+            torch.stack([data[k * T + 1:k * T + T + 1] for k in range(n)]))
 
 
-def windows_swapped(data, starts, T):
-    x, y = windows_ok(data, starts, T)
-    return y, x
+def windows_too_many_slices(data, T):
+    n = len(data) // T
+    return (torch.stack([data[k * T:k * T + T] for k in range(n)]),
+            torch.stack([data[k * T + 1:k * T + T + 1] for k in range(n)]))
 
 
-def windows_by_two(data, starts, T):
-    x = torch.stack([data[s:s + T] for s in starts.tolist()])
-    y = torch.stack([data[s + 2:s + T + 2] for s in starts.tolist()])
-    return x, y
+def windows_too_many_unfold(data, T):
+    return data.unfold(0, T, T), data[1:].unfold(0, T, T)
+
+
+def windows_float_positions(data, T):
+    n = (len(data) - 1) // T
+    idx = torch.linspace(0, (n - 1) * T, n)[:, None] + torch.arange(T)
+    return data[idx], data[idx + 1]
+
+
+def windows_in_place(data, T):
+    x, y = windows_ok(data, T)
+    data.zero_()
+    return x.clone(), y.clone()
 
 
 @pytest.mark.parametrize("fn, label", [
-    (windows_no_shift, "no-shift"), (windows_wrong_way, "wrong-way"), (windows_swapped, "swapped"),
-    (windows_by_two, "shift-by-two"),
+    (windows_too_many_slices, "one-too-many"), (windows_too_many_unfold, "one-too-many"),
+    (windows_float_positions, "float-positions"),
+    (lambda data, T: tuple(t.float() for t in windows_ok(data, T)), "dtype"),
+    (lambda data, T: windows_ok(data, T)[0], "type"),
+    (windows_in_place, "in-place"),
+    (lambda data, T: (windows_ok(data, T)[0], windows_ok(data, T)[0]), "no-shift"),
+    (lambda data, T: (data[:-1].unfold(0, T, 1), data[1:].unfold(0, T, 1)), "overlapping"),
+    (lambda data, T: (data[:-1].unfold(0, T, T + 1), data[1:].unfold(0, T, T + 1)), "gap"),
 ])
-def test_windows_mistakes(fn, label):
-    v = check_next_token_windows(fn)
-    assert_named(v, label)
+def test_windows_mistakes_are_named(fn, label):
+    assert_named(check_text_windows(fn), label)
 
 
 def test_windows_solution_and_stub():
-    assert check_next_token_windows(windows_ok).ok
-    assert_named(check_next_token_windows(stub), "stub")
+    assert_accepted(check_text_windows(windows_ok))
+    assert_accepted(check_text_windows(windows_loop))
+    assert_named(check_text_windows(stub), "stub")
 
 
-# --- cached generation (extend) ----------------------------------------------------------------------------------
+def test_windows_cases_hold_the_trap_and_a_text_without_it():
+    trap = [len(data) % T == 0 for data, T in stack._windows_cases()]
+    assert any(trap) and not all(trap), trap
 
-def generate_cached(model, ids, n_new):
-    past = [None] * len(model.blocks)                # per layer: (K, V), each (B, h, T_past, d_head)
-    new = ids
-    for _ in range(n_new):
-        offset = ids.shape[1] - new.shape[1]
-        X = model.embed_tokens(new, offset)
+
+# --- cached generation in chunks (extend) ---------------------------------------------------------------------
+
+def generate_cached(model, ids, n_new, chunk):
+    past = [None] * len(model.blocks)
+    T0, todo = ids.shape[1], ids
+    while ids.shape[1] < T0 + n_new:
+        new, todo = todo[:, :chunk], todo[:, chunk:]
+        fed = 0 if past[0] is None else past[0][0].shape[-2]
+        X = model.embed_tokens(new, fed)
         for l, block in enumerate(model.blocks):
-            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
+            Q, K, V = block.attn.qkv(block.ln_1(X), fed)
             if past[l] is not None:
                 K, V = torch.cat([past[l][0], K], -2), torch.cat([past[l][1], V], -2)
             past[l] = (K, V)
             X = X + block.attn.W_O(merge_heads(attention(Q, K, V)))
             X = X + block.mlp(block.ln_2(X))
-        new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, new], dim=1)
+        if todo.shape[1] == 0:
+            todo = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, todo], dim=1)
     return ids
 
 
-def generate_with_library_cache(model, ids, n_new):
-    """Also right: the learner's own loop over the blocks, keeping K and V in the library's KVCache."""
+def _sdpa_bottom_right(Q, K, V):
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=causal_mask(Q.shape[-2], K.shape[-2],
+                                                                         dtype=torch.bool))
+
+
+def _written_out(mistake):
+    """Another way to write the cached generation, with one typical mistake planted (not the checker's code)."""
+    def generate(model, ids, n_new, chunk):
+        caches = [KVCache() for _ in model.blocks]               # the library's container, the learner's attention
+        pieces = list(ids.split(chunk, dim=1))
+        out, steps = ids, 0
+        while pieces:
+            new = pieces.pop(0)
+            offset = {"no-offset": 0, "offset-counts-steps": steps}.get(mistake, len(caches[0]))
+            if mistake == "offset-one-too-far" and out.shape[1] > ids.shape[1]:
+                offset = out.shape[1]                            # counted after appending the newest token
+            X = model.embed_tokens(new, offset)
+            for block, cache in zip(model.blocks, caches):
+                Q, K_new, V_new = block.attn.qkv(block.ln_1(X), offset)
+                if mistake == "not-self" and len(cache):
+                    A = F.scaled_dot_product_attention(Q, cache.K, cache.V)
+                    cache.extend(K_new, V_new)
+                else:
+                    growing = mistake != "cache-not-updated" or out.shape[1] == ids.shape[1]
+                    K, V = cache.extend(K_new, V_new) if growing else (torch.cat([cache.K, K_new], -2),
+                                                                        torch.cat([cache.V, V_new], -2))
+                    if mistake == "top-left-mask":
+                        A = F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+                    elif mistake == "unmasked":
+                        A = F.scaled_dot_product_attention(Q, K, V)
+                    elif mistake == "later-chunks-unmasked":
+                        A = F.scaled_dot_product_attention(Q, K, V, is_causal=Q.shape[-2] == K.shape[-2])
+                    else:
+                        A = _sdpa_bottom_right(Q, K, V)
+                X = X + block.attn.W_O(merge_heads(A))
+                X = X + block.mlp(block.ln_2(X))
+            steps += 1
+            if not pieces:
+                nxt = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+                out = torch.cat([out, nxt], dim=1)
+                if out.shape[1] < ids.shape[1] + n_new:
+                    pieces.append(nxt)
+        return out
+    return generate
+
+
+def generate_recomputing(model, ids, n_new, chunk):
+    for _ in range(n_new):
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def generate_with_library_cache(model, ids, n_new, chunk):
     caches = [KVCache() for _ in model.blocks]
     new = ids
     for _ in range(n_new):
@@ -256,106 +398,137 @@ def generate_with_library_cache(model, ids, n_new):
     return ids
 
 
-def _variant(mistake):
-    """generate_cached with one typical mistake planted (written out again here, not imported)."""
-    def generate(model, ids, n_new):
-        past = [None] * len(model.blocks)
-        new = ids
-        for _ in range(n_new):
-            offset = 0 if mistake == "no-offset" else ids.shape[1] - new.shape[1]
-            X = model.embed_tokens(new, offset)
-            for l, block in enumerate(model.blocks):
-                Q, K_new, V_new = block.attn.qkv(block.ln_1(X), offset)
-                K, V = K_new, V_new
-                if past[l] is not None:
-                    K, V = torch.cat([past[l][0], K_new], -2), torch.cat([past[l][1], V_new], -2)
-                if mistake == "not-self" and past[l] is not None:
-                    out = attention(Q, past[l][0], past[l][1], causal=False)
-                elif mistake == "top-left-mask":
-                    out = F.scaled_dot_product_attention(Q, K, V, is_causal=True)
-                elif mistake == "prompt-unmasked" and past[l] is None:
-                    out = attention(Q, K, V, causal=False)
-                else:
-                    out = attention(Q, K, V)
-                if past[l] is None or mistake != "cache-not-updated":
-                    past[l] = (K, V)
-                X = X + block.attn.W_O(merge_heads(out))
-                X = X + block.mlp(block.ln_2(X))
-            new = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
-            ids = torch.cat([ids, new], dim=1)
-        return ids
-    return generate
-
-
-def generate_recomputing(model, ids, n_new):
-    for _ in range(n_new):
-        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return ids
-
-
-@pytest.mark.parametrize("fn", [generate_cached, generate_with_library_cache])
+@pytest.mark.parametrize("fn", [generate_cached, _written_out(None)])
 def test_cached_generation_solution_is_accepted(fn):
-    v = check_cached_generation(fn)
-    assert_accepted(v)
+    assert_accepted(check_cached_generation(fn))
 
 
-@pytest.mark.parametrize("label", ["no-offset", "top-left-mask", "not-self", "cache-not-updated",
-                                   "prompt-unmasked"])
-def test_cached_generation_mistakes_are_named(label):
-    v = check_cached_generation(_variant(label))
-    assert_named(v, label)
+@pytest.mark.parametrize("label", ["no-offset", "offset-counts-steps", "offset-one-too-far", "top-left-mask",
+                                   "unmasked", "later-chunks-unmasked", "not-self", "cache-not-updated"])
+def test_cached_generation_mistakes_written_another_way_are_named(label):
+    assert_named(check_cached_generation(_written_out(label)), label)
 
 
 @pytest.mark.parametrize("fn, label", [
-    (generate_recomputing, "no-cache"), (lambda m, ids, n: m.generate(ids, n), "shortcut"),
-    (lambda m, ids, n: generate_cached(m, ids, n)[:, ids.shape[1]:], "prompt-missing"),
-    (lambda m, ids, n: generate_cached(m, ids, n - 1), "shape"),
-    (lambda m, ids, n: generate_cached(m, ids, n).tolist(), "type"), (stub, "stub"),
+    (generate_recomputing, "no-cache"), (lambda m, ids, n, c: m.generate(ids, n), "shortcut"),
+    (generate_with_library_cache, "shortcut"),
+    (lambda m, ids, n, c: generate_cached(m, ids, n, 10 ** 6), "chunk-too-big"),
+    (lambda m, ids, n, c: generate_cached(m, ids, n, c)[:, ids.shape[1]:], "prompt-missing"),
+    (lambda m, ids, n, c: generate_cached(m, ids, n - 1, c), "shape"),
+    (lambda m, ids, n, c: generate_cached(m, ids, n, c).tolist(), "type"), (stub, "stub"),
 ])
 def test_cached_generation_other_failures(fn, label):
-    v = check_cached_generation(fn)
-    assert_named(v, label)
+    assert_named(check_cached_generation(fn), label)
 
 
-def test_cached_generation_cases_have_clear_greedy_choices():
-    """Every greedy choice in the checker's cases wins by a clear margin, so float noise cannot flip a token."""
-    from attnlib.checks.stack import _GEN_CASES, _fresh_model
+def test_cached_generation_a_mask_one_key_off_is_not_blamed_on_the_cache():
+    """The misleading class of issue 20: a mask one diagonal off was blamed on K and V not being appended. Here
+    K and V are appended and the mask reads one key too many: the verdict names the mask."""
+    v = check_cached_generation(stack._GEN_VARIANTS[[m.label for m in stack._GEN_VARIANTS].index("one-ahead")].wrong)
+    assert_named(v, "one-ahead")
+    assert "append" not in v.message, v
 
-    for i, case in enumerate(_GEN_CASES):
-        model, ids = _fresh_model(i)
+
+def _last_layer_unmasked(model, ids, n_new, chunk):
+    """The causal mask dropped in the last layer only: within the last prompt chunk, a row reads the row after
+    it. The greedy tokens come out right on both cases; the last layer's rows do not."""
+    past = [None] * len(model.blocks)
+    T0, todo = ids.shape[1], ids
+    while ids.shape[1] < T0 + n_new:
+        new, todo = todo[:, :chunk], todo[:, chunk:]
+        fed = 0 if past[0] is None else past[0][0].shape[-2]
+        X = model.embed_tokens(new, fed)
+        for l, block in enumerate(model.blocks):
+            Q, K, V = block.attn.qkv(block.ln_1(X), fed)
+            if past[l] is not None:
+                K, V = torch.cat([past[l][0], K], -2), torch.cat([past[l][1], V], -2)
+            past[l] = (K, V)
+            X = X + block.attn.W_O(merge_heads(attention(Q, K, V, causal=l < len(model.blocks) - 1)))
+            X = X + block.mlp(block.ln_2(X))
+        if todo.shape[1] == 0:
+            todo = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, todo], dim=1)
+    return ids
+
+
+def test_cached_generation_rows_that_differ_behind_right_tokens_are_rejected():
+    """A mistake that the greedy choices hide is still found through the rows given to ln_f."""
+    for i in range(len(stack._GEN_CASES)):
+        assert torch.equal(stack._generation(_last_layer_unmasked)(i)[0], stack._recomputed(i)[0])
+    assert_named(check_cached_generation(_last_layer_unmasked), "rows-differ")
+
+
+def test_cached_generation_the_two_layernorms_of_a_block_differ():
+    """Each LayerNorm of the checker's models has a scale and shift of its own, so using ln_1 for the MLP (or
+    leaving out ln_f) is seen."""
+    def ln_1_twice(model, ids, n_new, chunk):
+        for block in model.blocks:
+            block.ln_2 = block.ln_1
+        return generate_cached(model, ids, n_new, chunk)
+
+    assert not check_cached_generation(ln_1_twice).ok
+
+
+def test_cached_generation_cases_have_clear_greedy_choices_and_chunks_after_the_first():
+    """Every greedy choice in the checker's cases wins by a clear margin, so float noise cannot flip a token, and
+    each prompt is fed in at least three chunks, the last one shorter."""
+    for i in range(len(stack._GEN_CASES)):
+        model, ids, n_new, chunk = stack._fresh_model(i)
+        assert ids.shape[1] > 2 * chunk and ids.shape[1] % chunk not in (0, 1)
         with torch.no_grad():
-            seq = model.generate(ids, case[7], use_cache=False)
+            seq = model.generate(ids, n_new, use_cache=False)
             logits = torch.stack([model(seq[:, :t])[0, -1] for t in range(ids.shape[1], seq.shape[1])])
         top2 = logits.topk(2, dim=-1).values
-        assert (top2[:, 0] - top2[:, 1]).min() > 0.1
-        assert len(set(seq[0, ids.shape[1]:].tolist())) >= 3      # the choices depend on the context
+        assert (top2[:, 0] - top2[:, 1]).min() > 0.3
+        assert len(set(seq[0, ids.shape[1]:].tolist())) >= 4      # the choices depend on the context
+
+
+def test_cached_generation_every_planted_mistake_changes_the_tokens():
+    """Every planted mistake changes the tokens of at least one case, not only the rows behind them."""
+    for m in stack._GEN_VARIANTS:
+        assert any(not torch.equal(stack._generation(m.wrong)(i)[0], stack._recomputed(i)[0])
+                   for i in range(len(stack._GEN_CASES))), m.label
 
 
 # ---- the tables of mistakes ---------------------------------------------------------------------------
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    from attnlib.checks import stack
-
-    for check, mistakes, cases, reference in [
-        (check_run_stack, stack._RUN_MISTAKES, [stack._fresh_stack(0)], stack._run),
-        (check_next_token_windows, stack._WINDOWS_MISTAKES, stack._windows_cases(), stack.next_token_windows),
+    for check, mistakes, case, reference in [
+        (check_logit_lens, stack._LENS_MISTAKES, stack._fresh_lens(0), stack._lens),
+        (check_text_windows, stack._WINDOWS_MISTAKES, stack._windows_cases()[0], stack._cut),
     ]:
         assert_each_mistake_named(check, mistakes)
         with torch.no_grad():
-            assert_mistakes_distinct(cases[0], reference, mistakes)
-    assert_mistakes_distinct((3, 16, 4), stack._stack, stack._BUILD_MISTAKES)
+            assert_mistakes_distinct(case, reference, mistakes)
     for m in stack._GEN_VARIANTS:
         v = check_cached_generation(m.wrong)
         assert_named(v, m.label)
-        assert v.message == m.hint, (m.label, v)
-    with torch.no_grad():
-        assert_mistakes_distinct((0,), stack._recomputed, stack._GEN_MISTAKES[:-2])   # the last two raise
+        assert v.message.startswith(m.hint), (m.label, v)
+    # the generation cases separate every two planted mistakes together: each pair differs on some case
+    planted = [m for m in stack._GEN_MISTAKES if m.label != "shortcut"]
+    outs = [[stack._recomputed(i)] + [m.wrong(i) for m in planted] for i in range(len(stack._GEN_CASES))]
+    for a in range(len(planted) + 1):
+        for b in range(a + 1, len(planted) + 1):
+            assert any(not _core._close(o[a], o[b], 1e-5) for o in outs), (a, b)
 
 
 def test_each_variant_with_its_default_switches_is_the_reference():
-    from attnlib.checks import stack
-
-    assert_accepted(check_run_stack(stack._run))
-    assert_accepted(check_next_token_windows(stack._slices))
+    assert_accepted(check_logit_lens(stack._lens))
+    assert_accepted(check_text_windows(stack._cut))
     assert_accepted(check_cached_generation(stack._generate_variant))
-    assert stack._stack(3, 16, 4) == stack._summary(nn.ModuleList(Block(16, 4) for _ in range(3)))
+
+
+def test_every_mistake_has_a_second_hint_level_and_the_first_gives_no_code():
+    for check in (check_deepen, check_logit_lens, check_text_windows, check_cached_generation):
+        own = [m for m in check.mistakes if m not in _core._GENERAL]
+        assert own
+        for m in own:
+            assert m.more and m.more != m.hint, (check.__name__, m.label)
+            assert "`" not in m.hint, (check.__name__, m.label)
+
+
+def test_second_level_hints_are_given_on_request():
+    fn = _pairs(_copy, lambda b: _zero(_copy(b), bias=False))
+    first, second = check_deepen(fn), check_deepen(fn, hint=2)
+    assert first.mistake == second.mistake == "constant-added"
+    assert "hint=2" in first.message and "bias" in second.message and "hint=2" not in second.message

@@ -204,7 +204,8 @@ def _whitelist_cases():
     image = "![the path](../book/images/pipeline.svg)"
     return [
         ("exercise", "Text.\n```{exercise} Build: the mask\n:label: ex-x\nWrite `f`, see {doc}`07_block`.\n```\nNext.",
-         f"Text.\n\n### Exercise {first} (Build: the mask)\n\nWrite `f`, see [{block}](07_block.ipynb).\n\nNext."),
+         f"Text.\n\n### Exercise {first} (Build: the mask)\n\n{editions.TIME_RULE}\n\n"
+         f"Write `f`, see [{block}](07_block.ipynb).\n\nNext."),
         ("image", "```{image} images/pipeline.svg\n:alt: the path\n:width: 640px\n```\n", image),
         ("figure", "```{figure} images/pipeline.svg\n:name: fig-x\n:alt: the path\n:width: 640px\n\nThe path.\n```",
          f"{image}\n\n*The path.*"),
@@ -371,3 +372,61 @@ def _check_run(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_learner_notebook_runs_and_every_checker_says_not_yet(path):
     _check_run(path)
+
+
+# --- every solution stands on its own: pasted over its stub in the learner edition, it passes ----------------------
+
+LABEL = re.compile(r"^:label:\s*(\S+)", re.M)
+SOLUTION_START = re.compile(r"\{solution-start\}\s*(\S+)")
+
+
+def solutions_by_stub(path) -> dict[str, str]:
+    """``stub cell id -> the book's solution code`` for every exercise of the notebook at ``path``: the code
+    cells between its solution-start and solution-end markers, joined as a learner would paste them."""
+    nb = read(path)
+    stubs, code, current = {}, {}, None
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and not is_solution(cell):
+            for label in LABEL.findall(cell.source) if "{exercise}" in cell.source else []:
+                stubs[label] = nb.cells[i + 1].id
+        if cell.cell_type == "markdown" and (m := SOLUTION_START.search(cell.source)):
+            current = m.group(1)
+            code[current] = []
+        elif cell.cell_type == "markdown" and "{solution-end}" in cell.source:
+            current = None
+        elif cell.cell_type == "code" and current is not None:
+            code[current].append(cell.source)
+    assert set(stubs) == set(code), (sorted(stubs), sorted(code))
+    return {stubs[label]: "\n\n".join(code[label]) for label in stubs}
+
+
+def test_the_solution_of_each_exercise_is_found_for_its_stub():
+    found = {p.name: solutions_by_stub(p) for p in NOTEBOOKS}
+    assert sum(map(len, found.values())) == sum(len(editions.find_exercises(read(p), p.name)) for p in NOTEBOOKS)
+    for name, pasted in found.items():
+        stub_sources = {c.id: c.source for c in nbformat.read(LEARNER / name, as_version=4).cells}
+        for cell_id, code in pasted.items():
+            assert editions.checker_called(code) == editions.checker_called(stub_sources[cell_id]), cell_id
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if solutions_by_stub(p)],
+                         ids=[p.name for p in NOTEBOOKS if solutions_by_stub(p)])
+def test_every_solution_pasted_over_its_stub_passes(path):
+    """A learner who pastes each of the book's solutions over its stub, and runs the notebook from a fresh
+    kernel, sees no error and the progress cell reporting every exercise passing."""
+    from nbclient import NotebookClient
+
+    nb = learner(path)
+    pasted = solutions_by_stub(path)
+    for cell in nb.cells:
+        if cell.id in pasted:
+            cell.source, cell.outputs = pasted[cell.id], []
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(LEARNER)}}).execute()
+    errors = [c.source for c in nb.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)]
+    assert not errors, errors
+    for cell in nb.cells:
+        if cell.id in pasted:   # a solution may print a demonstration first; its last output is the verdict
+            shown = output_text(cell)
+            assert "✓ correct" in shown and "✗ not yet" not in shown, f"{cell.source}\n---\n{shown}"
+    lines = output_text(nb.cells[-1]).strip().split("\n")
+    assert lines[-1] == f"{len(pasted)} of {len(pasted)} exercises pass.", lines

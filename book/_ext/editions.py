@@ -12,7 +12,8 @@ notebooks with the solutions taken out, for JupyterLab and Colab, which know not
    other cell does, so a missing tag fails here instead of leaking a solution);
 2. every other markdown cell is parsed with MyST's own parser (markdown-it-py and the mdit-py-plugins that
    myst-parser enables for ``_config.yml``) and its MyST rewritten into plain Markdown. Only the syntax the book
-   uses is translated: the tables ``DIRECTIVES`` and ``ROLES`` list it, one entry each. Any other MyST is an
+   uses is translated: the tables ``DIRECTIVES`` and ``ROLES`` list it, one entry each (the first exercise of a
+   page also gets ``TIME_RULE``). Any other MyST is an
    error that names the notebook and the cell. Plain Markdown is copied byte for byte;
 3. code cells are renumbered 1...N, as after one clean run;
 4. a chapter with exercises gets a last code cell, ``progress(...)``, that lists which of its exercises pass
@@ -54,6 +55,8 @@ SOLUTION_TAG = "solution"
 PROGRESS_CELL_ID = "learner-progress"
 PROGRESS_HEADER = "# Which of this chapter's exercises pass in this kernel? Run it again after solving one."
 MAX_LINE = 88
+# Under the first exercise of each learner notebook (how_to_use says the same in the book).
+TIME_RULE = "*If an exercise takes twice its minutes, read its solution in the book and move on.*"
 CHECKER_CALL = re.compile(r"^\s*(?P<name>check_\w+)\s*\(", re.M)  # exercise checkers (validators are require_…)
 
 
@@ -328,10 +331,11 @@ class Translator:
         """``### Exercise 9 (Title)``, with the number the book shows (none outside the toc)."""
         first = self.book.exercise_numbers.get(self.page)
         number = "" if first is None else f" {first + self.exercise_count}"
+        rule = [TIME_RULE, ""] if self.exercise_count == 0 else []
         self.exercise_count += 1
         title = self.inline(d.arg)
-        return [PAD, f"### Exercise{number}" + (f" ({title})" if title else ""), "", *self.block("\n".join(d.body)),
-                PAD]
+        return [PAD, f"### Exercise{number}" + (f" ({title})" if title else ""), "", *rule,
+                *self.block("\n".join(d.body)), PAD]
 
     def solution_marker(self, d: Directive) -> list[str]:
         raise EditionError(f"a {{{d.name}}} marker is left after removing the cells tagged {SOLUTION_TAG!r}: "

@@ -140,6 +140,9 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
             return "type", f"{the} should be a tensor, got {type(got).__name__}."
         if _shape(got) != _shape(want):
             return "shape", f"{the} has shape {_shape(got)}, expected {_shape(want)}."
+        if got.is_meta != want.is_meta:   # a meta tensor holds no values to compare
+            return "device", (f"{the} is on {got.device}, expected {want.device}, the device of the inputs. "
+                              f"Which tensor do you create without saying where it lives?")
         if got.dtype.is_complex != want.dtype.is_complex:
             return "dtype", f"{the} has dtype {got.dtype}, expected {want.dtype}."
         diff = _values_differ(got, want, atol)
@@ -166,6 +169,8 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
         structural = [d for d in found if d[0] not in ("values", "dtype", "device")]
         values = [d for d in found if d[0] == "values"]
         return (structural or values or found or [None])[0]
+    if isinstance(want, torch.nn.Module):
+        return _module_difference(got, want, atol, the, strict)
     if isinstance(want, _NUMBER) and not isinstance(want, bool):
         if isinstance(got, bool) or not isinstance(got, _NUMBER):
             return "type", f"{the} should be a number, got {type(got).__name__}."
@@ -178,6 +183,23 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
     except Exception:  # an object whose == does not give one bool
         pass
     return "values", f"{the} is {got!r:.60}, which is not what was expected."
+
+
+def _module_difference(got, want: torch.nn.Module, atol: float, the: str, strict: bool) -> tuple[str, str] | None:
+    """A module is compared by its parameters and buffers: their names, then shapes, then values and dtypes."""
+    if not isinstance(got, torch.nn.Module):
+        return "type", f"{the} should be a module ({type(want).__name__}), got {type(got).__name__}."
+    mine, theirs = got.state_dict(), want.state_dict()
+    if set(mine) != set(theirs):
+        extra, missing = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+        said = [f"has {', '.join(extra)} that it should not have"] if extra else []
+        said += [f"lacks {', '.join(missing)}"] if missing else []
+        return "structure", f"{the} {' and '.join(said)}."
+    for name, w in theirs.items():
+        d = _difference(mine[name], w, atol, f"{the}'s {name}", strict)
+        if d is not None:
+            return ("structure", d[1]) if d[0] == "shape" else d
+    return None
 
 
 def _close(a, b, atol: float) -> bool:
@@ -445,7 +467,8 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         difference = _difference(got, want, atol)
         if difference is None:
             continue
-        for m in mistakes:
+        # right values in the wrong dtype or device: no planted mistake (each one a wrong value) explains that
+        for m in mistakes if difference[0] not in ("dtype", "device") else ():
             if m.wrong is None:
                 continue
             try:
@@ -455,7 +478,7 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
             if _close(got, wrong, atol) and _matches_everywhere(m, run, cases):
                 return named(m)
         label, message = difference
-        if label == "type" and not isinstance(want, (tuple, list)):
+        if label == "type" and isinstance(want, torch.Tensor):
             message = f"expected a tensor, got {type(got).__name__}."
         return Verdict(False, message, label, more=label == "values" and hint_level() < 2)
     return Verdict(True, success)
@@ -533,7 +556,9 @@ _LAST: dict[str, Verdict] = {}
 
 
 KINDS = ("function", "predict")
-_GENERAL = (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED, PREDICT_STUB, NOT_A_NUMBER)
+# The verdicts of the core that every checker of a kind can give, besides its own mistakes.
+_GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED), "predict": (PREDICT_STUB, NOT_A_NUMBER)}
+_GENERAL = tuple(m for ms in _GENERAL_OF.values() for m in ms)
 MORE = " (For a stronger hint, run the check again with hint=2.)"
 
 
@@ -573,7 +598,7 @@ def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
         return verdict
 
     wrapped.kind = kind
-    wrapped.mistakes = tuple(mistakes) + _GENERAL
+    wrapped.mistakes = tuple(mistakes) + _GENERAL_OF[kind]
     return wrapped
 
 

@@ -1,149 +1,254 @@
 """Exercise checkers for the costs appendix.
 
-``check_kv_cache_bytes(value)``: a prediction, the bytes of KV cache a GPT-2-small-shaped model (L = 12,
-d_model = 768, h = 12) holds after T = 1024 tokens in float16.
-``check_cached_step_flops(fn)``: ``fn(T_past, d_model, h, L, vocab_size)`` must return the forward matmul FLOPs of
-one generation step with a KV cache holding T_past positions (d_ff = 4·d_model, B = 1).
+``check_cache_outgrows_weights(value)``: a prediction, the number of tokens per sequence at which the KV cache of
+a batch of ``GPT2_SERVING["B"]`` sequences takes as many bytes as the weights of GPT-2 small (both float16).
+``check_chunk_flops(fn)``: ``fn(T_past, T_new, d_model, h, L, d_ff, vocab_size)`` must return the forward matmul
+FLOPs of the library's GPT (plain backend, B = 1) when T_new tokens go through it after T_past cached positions.
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
 
-from ..costs import activation_elements, count_flops, model_flops
+from ..costs import count_flops, kv_cache_bytes, model_flops, model_params
 from ..heads import KVCache
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
-__all__ = ["check_kv_cache_bytes", "check_cached_step_flops", "GPT2_SMALL"]
+__all__ = ["check_cache_outgrows_weights", "check_chunk_flops", "GPT2_SERVING"]
 
-GPT2_SMALL = {"L": 12, "d_model": 768, "h": 12, "T": 1024}
-"""The shape of the KV-cache prediction: GPT-2 small's layers, width and heads, at T = 1024 tokens."""
-
-
-# --- predict: the bytes of a KV cache ----------------------------------------------------------------------------
-
-def _kv_cache_bytes(L: int, T: int, d_model: int, h: int, dtype: torch.dtype, B: int = 1) -> int:
-    """K and V of every layer: L · 2·B·T·d_model elements (the library's formula), times the bytes of dtype."""
-    return L * activation_elements(B, T, d_model, h)["kv_cache"] * torch.empty((), dtype=dtype).element_size()
+GPT2_SERVING = {"L": 12, "d_model": 768, "h": 12, "vocab_size": 50257, "max_T": 1024, "params": 124_439_808,
+                "B": 8}
+"""The prediction's setting: GPT-2 small (its head tied to the token table: 124,439,808 parameters) serving
+B = 8 sequences at once, weights and KV cache in float16."""
 
 
-def _measured_cache_bytes(L: int, T: int, d_model: int, h: int, dtype: torch.dtype) -> int:
-    """Bytes of the K and V the library's GPT caches while it reads T tokens (a small model, so it is quick)."""
-    g = _gen(0)
+# --- predict: when the cache outgrows the weights ------------------------------------------------------------------
+
+def _tied_params(vocab_size: int, d_model: int, L: int, max_T: int) -> int:
+    """Parameters of the library's GPT with its head tied to the token table (GPT-2's layout)."""
+    p = model_params(vocab_size, d_model, L, max_T)
+    return p["model"] - p["head"]
+
+
+def _crossover(L, d_model, h, vocab_size, max_T, B) -> float:
+    """Tokens per sequence at which B sequences' float16 caches hold as many bytes as the float16 weights."""
+    weights = 2 * _tied_params(vocab_size, d_model, L, max_T)
+    per_token = B * kv_cache_bytes(L, h, d_model // h, bytes_per_number=2)
+    return weights / per_token
+
+
+@functools.cache
+def _measured_small() -> tuple[int, int, dict]:
+    """A small tied GPT in float16, measured: (its parameter count, bytes of the K and V it caches), and its
+    sizes; the formulas above must give the same two numbers."""
+    small = dict(vocab_size=16, d_model=48, h=4, L=3, max_T=20)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = GPT(16, d_model, h, L, max_T=T).to(dtype).eval()
+        model = GPT(small["vocab_size"], small["d_model"], small["h"], small["L"], max_T=small["max_T"],
+                    tie=True).to(torch.float16).eval()
     caches = [KVCache() for _ in model.blocks]
     with torch.no_grad():
-        model(torch.randint(0, 16, (1, T), generator=g), caches)
-    return sum(c.K.nbytes + c.V.nbytes for c in caches)
+        model(torch.randint(0, 16, (1, small["max_T"]), generator=_gen(0)), caches)
+    params = sum(p.numel() for p in model.parameters())          # a tied parameter is listed once
+    return params, sum(c.K.nbytes + c.V.nbytes for c in caches), small
 
 
-@checker(kind="predict")
-def check_kv_cache_bytes(value) -> Verdict:
-    """Check a predicted number of bytes of K and V cached by a model of GPT2_SMALL's shape in float16."""
-    # The formula must agree with what the library really caches; a small model measures it in milliseconds.
-    small = dict(L=3, T=20, d_model=48, h=4, dtype=torch.float16)
-    measured = _measured_cache_bytes(**small)
-    if measured != _kv_cache_bytes(**small):
-        return Verdict(False, f"the checker's formula disagrees with a measured cache ({measured} bytes at "
-                              f"{small}); please report this.", "error")
-    L, d, h, T = GPT2_SMALL["L"], GPT2_SMALL["d_model"], GPT2_SMALL["h"], GPT2_SMALL["T"]
-    want = _kv_cache_bytes(L, T, d, h, torch.float16)
-    guesses = [
-        Guess("half",
-              "that is half: either only K is counted (V is cached too, a factor 2), or elements are counted "
-              "instead of bytes (a float16 number takes 2 bytes).", want / 2),
-        Guess("float32",
-              "that is twice too much: float32 takes 4 bytes per number, float16 only 2.", want * 2),
-        Guess("one-layer",
-              "that is one twelfth: one layer's cache (or one head's d_head = 64 columns). Each of the L = 12 "
-              "layers keeps its own K and V, for all heads together: d_model = 768 columns.", want / L),
+def _crossover_guesses(want: float) -> list[Guess]:
+    s = GPT2_SERVING
+    return [
+        Guess("half-the-cache",
+              "too high, by a factor 2: your cache per token is half its size. Does it hold everything a "
+              "step reads back, and is it counted in bytes, like the weights?",
+              2 * want,
+              more="either only K was counted (each block caches V as well), or the cache was counted in "
+                   "numbers while the weights were counted in bytes: a float16 number takes 2 bytes."),
+        Guess("unit-left-off",
+              "too low, by a factor 2: are the weights and the cache counted in the same unit?",
+              want / 2,
+              more="one side was counted in numbers and the other in bytes (or in two different dtypes). The "
+                   "weights and the cache are both float16: count both in bytes, or both in numbers."),
+        Guess("no-batch",
+              f"too high, by a factor {s['B']}: whose caches take the memory? Count the sequences.",
+              s["B"] * want,
+              more=f"that is the crossover for one sequence. Each of the B = {s['B']} sequences keeps its own "
+                   f"cache, while all of them share the one copy of the weights."),
+        Guess("one-layer-or-head",
+              "too high, by a factor 12: does your cache per token count every block, and all the heads' "
+              "columns?",
+              s["L"] * want,
+              more=f"each of the L = {s['L']} blocks keeps its own K and V, and together the heads fill all "
+                   f"d_model = {s['d_model']} columns. One block, or one head's d_head = "
+                   f"{s['d_model'] // s['h']} columns, makes the cache 12 times too small."),
         Guess("times-h",
-              "that is h = 12 times too much: the heads split the d_model columns (h · d_head = d_model), they "
-              "do not add columns. Do not multiply by h.", want * h),
-        Guess("T-squared",
-              "that is the size of the attention weights (h tables of T × T per layer). The cache keeps K and V, "
-              "T rows of d_model numbers each: it grows like T, not T².", L * h * T * T * 2),
-        Guess("units",
-              "that looks like mebibytes or megabytes. Give the number of bytes (1 MiB = 2²⁰ bytes).",
-              want / 2**20),
+              "too low, by a factor 12: did you count the heads' columns once, or once more per head?",
+              want / s["h"],
+              more="the h heads split the d_model columns between them (each has d_head = d_model / h); "
+                   "multiplying by h as well counts every column 12 times."),
+        Guess("bytes-not-tokens",
+              "that is a number of bytes. The question asks for a length: tokens per sequence.",
+              2 * s["params"],
+              more="the weights take that many bytes; the answer is the number of tokens per sequence at which "
+                   "the batch's cache reaches the same size."),
     ]
-    return judge_number(value, want, guesses, rtol=0.05,
-                        success=f"2 (K and V) · L · T · d_model · 2 bytes = {want:,} bytes = "
-                                f"{want / 2**20:.0f} MiB; a cache of the library's GPT at L = {small['L']}, "
-                                f"T = {small['T']}, d_model = {small['d_model']} in float16 measures "
-                                f"{measured:,} bytes, as the formula says.")
 
 
-# --- extend: the FLOPs of one cached generation step ---------------------------------------------------------------
+def _crossover_registry() -> list[Guess]:
+    s = GPT2_SERVING
+    return _crossover_guesses(_crossover(s["L"], s["d_model"], s["h"], s["vocab_size"], s["max_T"], s["B"]))
 
-def _measured_step_flops(T_past, d_model, h, L, vocab_size):
-    """Matmul FLOPs torch counts while the library's GPT (plain backend) reads one token after T_past cached."""
+
+FORMULAS_OFF = Mistake(
+    "error",
+    "the checker's formulas disagree with a model it measured ({what}); this is the checker's fault, not "
+    "yours: please report it.",
+    more="the checker's formulas for the parameters and the cache disagree with a model it measured "
+         "({what}); your prediction was not judged. Please report this.")
+
+
+@checker(kind="predict", mistakes=[*_crossover_registry(), FORMULAS_OFF])
+def check_cache_outgrows_weights(value) -> Verdict:
+    """Check a predicted number of tokens per sequence at which GPT2_SERVING's cache equals its weights."""
+    params, cache, small = _measured_small()
+    want_params = _tied_params(small["vocab_size"], small["d_model"], small["L"], small["max_T"])
+    want_cache = small["max_T"] * kv_cache_bytes(small["L"], small["h"], small["d_model"] // small["h"])
+    if (params, cache) != (want_params, want_cache):
+        return named(FORMULAS_OFF, what=f"{params} parameters, {cache} bytes of cache at {small}")
+    s = GPT2_SERVING
+    if _tied_params(s["vocab_size"], s["d_model"], s["L"], s["max_T"]) != s["params"]:
+        return named(FORMULAS_OFF, what=f"GPT-2 small's parameter count is not {s['params']:,}")
+    want = _crossover(s["L"], s["d_model"], s["h"], s["vocab_size"], s["max_T"], s["B"])
+    return judge_number(value, want, _crossover_guesses(want), rtol=0.02,
+                        success=f"at about {want:.0f} tokens per sequence the cache of {s['B']} sequences "
+                                f"weighs as much as the model, well inside GPT-2's context of {s['max_T']}: "
+                                f"the weights are shared, each sequence's cache is not. The formulas agree "
+                                f"with a small float16 model the checker measured.")
+
+
+# --- extend: the FLOPs of T_new tokens after T_past cached ones --------------------------------------------------
+
+def _measured_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size):
+    """Matmul FLOPs torch counts while the library's GPT (plain backend) reads T_new tokens after T_past cached."""
+    return torch.tensor(_counted_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size), dtype=torch.float64)
+
+
+@functools.cache   # the same few cases on every check: count each once per session
+def _counted_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size) -> float:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = GPT(vocab_size, d_model, h, L, max_T=T_past + 1, backend="plain").eval()
-    ids = torch.randint(0, vocab_size, (1, T_past + 1), generator=_gen(0))
+        model = GPT(vocab_size, d_model, h, L, d_ff=d_ff, max_T=T_past + T_new, backend="plain").eval()
+    ids = torch.randint(0, vocab_size, (1, T_past + T_new), generator=_gen(0))
     caches = [KVCache() for _ in model.blocks]
     if T_past:
         with torch.no_grad():
             model(ids[:, :T_past], caches)
-    return torch.tensor(float(count_flops(lambda: model(ids[:, T_past:], caches))))
+    return float(count_flops(lambda: model(ids[:, T_past:], caches)))
 
 
-def _step(T_past, d_model, h, L, vocab_size, *, own_key=True, power=1, times_h=False, all_layers=True,
-          mlp=True, head=True):
-    """The FLOPs of one cached step with the planted mistakes' switches; the defaults count it right."""
-    keys = T_past + 1 if own_key else T_past
-    block = 8 * d_model**2 + (h if times_h else 1) * 4 * keys**power * d_model + (16 * d_model**2 if mlp else 0)
-    n = (L if all_layers else 1) * block + (2 * d_model * vocab_size if head else 0)
-    return torch.tensor(float(n))
+def _chunk(T_past, T_new, d_model, h, L, d_ff, vocab_size, *, own_keys=True, entries="all", heads=False,
+           layers=True, head_rows="all", mlp=True, width="d_ff", per="flop", rows="all"):
+    """The FLOPs with the planted mistakes' switches; the defaults count them right.
+
+    ``entries``: score entries counted, "all" of the (T_new, T_k) table, the "kept" ones (the mask's triangle),
+    or "square" (T_k × T_k). ``head_rows``: the head on "all" new rows, "last" only, or "none". ``width``: the
+    MLP's "d_ff", or "4d". ``per``: "flop", or "madd" (multiply-adds). ``rows``: "all" new rows, or "one".
+    """
+    d = d_model
+    q = 1 if rows == "one" else T_new
+    T_k = T_past + T_new if own_keys else T_past
+    table = {"all": q * T_k, "kept": T_new * T_past + T_new * (T_new + 1) // 2, "square": T_k * T_k}[entries]
+    ff = d_ff if width == "d_ff" else 4 * d
+    block = 2 * q * 4 * d * d + 4 * table * d * (h if heads else 1) + (4 * q * d * ff if mlp else 0)
+    n_head = {"all": q, "last": 1, "none": 0}[head_rows]
+    n = (L if layers else 1) * block + 2 * n_head * d * vocab_size
+    return torch.tensor(float(n / 2 if per == "madd" else n), dtype=torch.float64)
 
 
-_STEP_MISTAKES = [
+_CHUNK_MISTAKES = [
     Mistake("no-cache",
-            "that is a forward pass over all T_past + 1 tokens, as if nothing were cached. With the cache only "
-            "the new token goes through W_QKV, W_O, the MLP and the head; only its scores against the "
-            "T_past + 1 keys (and weights · V) depend on T_past.",
-            lambda t, d, h, L, V: torch.tensor(float(model_flops(1, t + 1, d, h, L, V)["model"]))),
-    *variants(_step, [
-        ("own-key", dict(own_key=False),
-         "the new token reads T_past + 1 keys, its own included, not T_past: scores and weights · V cost "
-         "2·(T_past + 1)·d_model each."),
-        ("quadratic", dict(power=2),
-         "one new query row against T_past + 1 keys costs 2·(T_past + 1)·d_model for the scores: linear in "
-         "the past, not (T_past + 1)². The T² of a full forward pass comes from T query rows."),
-        ("times-h", dict(times_h=True),
-         "the heads split d_model into h slices of d_head, so all heads together cost what one head of "
-         "width d_model would: do not multiply the attention part by h."),
-        ("one-layer", dict(all_layers=False),
-         "that is one block plus the head. Each of the L blocks does the same work for the new token: "
-         "L × the block's FLOPs."),
-        ("no-head", dict(head=False),
-         "the output head is missing: the new token's X_L row times the (d_model, vocab_size) head costs "
-         "2·d_model·vocab_size."),
+            "too high, and it grows with the whole sequence: does your count send the cached positions through "
+            "the projections and the MLP again? Which rows go through each product in a cached step?",
+            lambda t, n, d, h, L, ff, V: torch.tensor(float(model_flops(1, t + n, d, h, L, V, ff)["model"]),
+                                                      dtype=torch.float64),
+            more="that is a forward pass over all T_past + T_new positions, as if nothing were cached. With the "
+                 "cache only the new rows go through W_QKV, W_O, the MLP and the head; the past enters only as "
+                 "keys and values."),
+    *variants(_chunk, [
+        ("own-keys", dict(own_keys=False),
+         "a little low, in the attention part: how many keys does each new query score? Count the new tokens' "
+         "own keys.",
+         "the new queries score the cached keys AND the new ones, their own included, not only the T_past "
+         "cached ones."),
+        ("masked-skipped", dict(entries="kept"),
+         "the attention part is too low when several tokens are new: does the plain path skip the masked "
+         "entries of the score table, or compute them and throw them away?",
+         "you counted only the entries the mask keeps. The plain path multiplies the whole table of T_new "
+         "rows by T_past + T_new columns, masked entries included, and torch counts them all."),
+        ("quadratic", dict(entries="square"),
+         "the attention part grows with the square of the whole sequence: how many query rows does this step "
+         "have?",
+         "only the T_new new positions are queries, each scoring every key. The square of the sequence "
+         "length belongs to a full forward pass, where every position is a query."),
+        ("times-h", dict(heads=True),
+         "the attention part is h times too large: what do h heads of width d_head cost together, compared "
+         "with one head of width d_model?",
+         "the heads split d_model into h slices; all heads together cost what one head of width d_model "
+         "would."),
+        ("one-layer", dict(layers=False),
+         "too low, by about a factor L: how many blocks do the new tokens go through?",
+         "each of the L blocks does the same work for the new rows; only the head comes once."),
+        ("no-head", dict(head_rows="none"),
+         "too low, by an amount that grows with vocab_size: what turns the last rows of X_L into logits?",
+         "the output head is missing: each new row of X_L is multiplied by the (d_model, vocab_size) "
+         "head."),
+        ("head-once", dict(head_rows="last"),
+         "right for one new token, too low for several: does the model's forward pass compute logits for every "
+         "new position, or only for the last?",
+         "GPT's forward computes logits at every position it is given, so the head runs on all T_new new rows, "
+         "even though generation keeps only the last."),
         ("no-mlp", dict(mlp=False),
-         "the MLP is missing: (1, d_model) @ (d_model, d_ff) and back cost 4·d_model·d_ff = 16·d_model² for "
-         "d_ff = 4·d_model."),
+         "too low: which sublayer of the block is missing from your count?",
+         "the MLP's two products are missing: from d_model to d_ff and back, for each new row."),
+        ("d_ff-assumed", dict(width="4d"),
+         "right when d_ff is four times d_model, wrong otherwise: which width does your MLP term use?",
+         "you assumed d_ff = 4·d_model; the exercise gives d_ff, and the MLP costs in proportion to it."),
+        ("multiply-adds", dict(per="madd"),
+         "exactly half: what does one multiply-add count for, in FLOPs?",
+         "you counted multiply-adds. A FLOP is one multiplication or one addition, so each multiply-add of a "
+         "matrix product is 2 FLOPs."),
+        ("one-new-token", dict(rows="one"),
+         "right for one new token, too low for several: how many new rows go through each product?",
+         "you counted one new position. With T_new new tokens each product of the blocks and the head runs on "
+         "T_new rows, and there are T_new queries."),
     ]),
 ]
 
 
-@checker
-def check_cached_step_flops(fn) -> Verdict:
-    """Check ``fn(T_past, d_model, h, L, vocab_size)`` → the FLOPs torch counts for one cached generation step."""
+def _chunk_cases() -> list[tuple]:
+    """(T_past, T_new, d_model, h, L, d_ff, vocab_size): a generation step with d_ff = 4·d_model, a chunk of 3
+    after 40 cached with d_ff = 1.5·d_model, and a prompt of 6 with nothing cached."""
+    return [(5, 1, 16, 4, 2, 64, 54), (40, 3, 32, 4, 3, 48, 100), (0, 6, 16, 2, 1, 40, 30)]
+
+
+@checker(mistakes=_CHUNK_MISTAKES)
+def check_chunk_flops(fn) -> Verdict:
+    """Check ``fn(T_past, T_new, d_model, h, L, d_ff, vocab_size)`` → the FLOPs torch counts for T_new tokens
+    after T_past cached ones."""
     if not callable(fn):
         return judge(fn, [], None)
 
     def as_number(*args):
         n = fn(*args)
+        if isinstance(n, torch.Tensor) and n.numel() == 1 and not n.dtype.is_complex and n.dtype != torch.bool:
+            n = n.item()
         if isinstance(n, numbers.Real) and not isinstance(n, bool):
-            return torch.tensor(float(n))
+            return torch.tensor(float(n), dtype=torch.float64)
         return n
 
-    return judge(as_number, [(5, 16, 4, 2, 54), (40, 32, 4, 3, 100)], _measured_step_flops, _STEP_MISTAKES,
-                 success="L · (24·d_model² + 4·(T_past + 1)·d_model) + 2·d_model·vocab_size, as torch counts "
-                         "it: with a cache one step grows linearly with the past.")
+    return judge(as_number, _chunk_cases(), _measured_chunk_flops, _CHUNK_MISTAKES,
+                 success="your formula counts what torch counts: the new rows through every product, each new "
+                         "query against all the keys, masked entries included. With one new token a step grows "
+                         "linearly with the past.")

@@ -1,63 +1,197 @@
 """Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V).
 
-``check_linear_by_hand(fn)``: ``fn(x, weight, bias)`` must return what ``nn.Linear`` returns.
+``check_load_projections(fn)``: ``fn(ckpt)`` with a checkpoint dict of the book's matrices "W_Q", "W_K"
+(d_model, d_k), "W_V" (d_model, d_v) and biases "b_Q", "b_K" (d_k,), "b_V" (d_v,) → a new module, in the
+checkpoint's dtype and sharing no memory with it, whose call on X (..., T, d_model) returns (Q, K, V) with
+Q = X W_Q + b_Q and so on.
 ``check_split_fused(fn)``: ``fn(X, W_QKV, d_k)`` is the "find the bug" split of a fused projection, repaired:
 X (..., T, d_model), W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k).
-``check_cross_kv(fn)``: ``fn(X, X_kv, W_K, W_V)`` → K, V of cross-attention, each (..., T_kv, d_k).
+``check_cross_qkv(fn)``: ``fn(X, X_kv, W_Q, W_KV, d_k)`` with W_KV = [W_K | W_V] (d_kv, d_k + d_v) fused for the
+other sequence X_kv (..., T_kv, d_kv) → Q (..., T, d_k), K (..., T_kv, d_k), V (..., T_kv, d_v).
 ``check_qkv_params(n)``: a predicted number, the parameters of GPT-2 small's Q, K, V projections in one layer.
 
-Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict.
+Every call gets its own copy of the inputs, and the inputs are compared with the originals after it, so a
+function that changes them is named and cannot change a later verdict.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
-from ..projections import Projections, project
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
+from ..projections import Projections
+from ._core import (
+    Guess,
+    Mistake,
+    Verdict,
+    _fresh,
+    _gen,
+    checker,
+    judge,
+    judge_number,
+    named,
+    shared_parameters,
+    variants,
+)
 
-__all__ = ["check_linear_by_hand", "check_split_fused", "check_cross_kv", "check_qkv_params"]
+__all__ = ["check_load_projections", "check_split_fused", "check_cross_qkv", "check_qkv_params"]
 
 
 # ------------------------------------------------------------------------------------------------
-# nn.Linear by hand: y = x @ weight.T + bias, with weight stored as (out, in).
+# Build: load a checkpoint of the book's matrices into nn.Linear layers. nn.Linear keeps its weight as (out, in)
+# and computes x @ weight.T + bias, so each W (d_model, d) goes in transposed; the numbers are copied, not
+# shared, and the layers keep the checkpoint's dtype.
 
-def _linear_cases() -> list[tuple]:
+_NAMES = ("Q", "K", "V")
+
+
+def _checkpoint(g, d_model, d_k, d_v, dtype) -> dict:
+    widths = {"Q": d_k, "K": d_k, "V": d_v}
+    ckpt = {}
+    for n in _NAMES:
+        ckpt[f"W_{n}"] = torch.randn(d_model, widths[n], generator=g, dtype=dtype)
+        ckpt[f"b_{n}"] = torch.randn(widths[n], generator=g, dtype=dtype)
+    return ckpt
+
+
+def _load_cases() -> list[tuple]:
     g = _gen(20)
-    # The first case is square (in == out), so forgetting the transpose runs and gives wrong numbers;
-    # the second is not, so the same mistake would fail with a shape error.
-    square = (torch.randn(5, 4, generator=g), torch.randn(4, 4, generator=g), torch.randn(4, generator=g))
-    wide = (torch.randn(2, 3, 6, generator=g), torch.randn(3, 6, generator=g), torch.randn(3, generator=g))
-    return [square, wide]
+    return [
+        (_checkpoint(g, 4, 4, 4, torch.float32),),    # square: copying W without the transpose still runs
+        (_checkpoint(g, 6, 4, 3, torch.float64),),    # float64, as exported from numpy; d_v ≠ d_k
+        (_checkpoint(g, 5, 2, 6, torch.float32),),    # d_v > d_model > d_k
+    ]
 
 
-def _linear_reference(x, weight, bias):
-    return torch.nn.functional.linear(x, weight, bias)
+def _probe(ckpt) -> torch.Tensor:
+    """The input every loaded module is called on: (B, T, d_model) = (2, 3, d_model), in the checkpoint's dtype."""
+    W = ckpt["W_Q"]
+    return torch.randn(2, 3, W.shape[0], generator=_gen(23), dtype=W.dtype)
 
 
-def _planted_linear(x, weight, bias, *, transpose=True, add_bias=True):
-    """x @ weight.T + bias with a planted slip; the defaults compute it."""
-    y = x @ (weight.T if transpose else weight)
-    return y + bias if add_bias else y
+def _load_reference(ckpt):
+    X = _probe(ckpt)
+    return tuple(X @ ckpt[f"W_{n}"] + ckpt[f"b_{n}"] for n in _NAMES)
 
 
-_LINEAR_MISTAKES = variants(_planted_linear, [
-    ("no-transpose", {"transpose": False},
-     "you multiplied by `weight` itself. nn.Linear stores its weight as (out, in); "
-     "the book's W is (in, out) = weight.T, so use `x @ weight.T + bias`."),
-    ("no-bias", {"add_bias": False},
-     "the matrix product is right, but nn.Linear also adds its bias: `x @ weight.T + bias`."),
-    ("no-transpose-no-bias", {"transpose": False, "add_bias": False},
-     "two things are missing: the weight is stored as (out, in), so use `weight.T`, "
-     "and the bias must be added."),
-])
+LOAD_NOT_A_MODULE = Mistake(
+    "not-a-module",
+    "your function returned a {got}, not a layer. What should a loaded checkpoint become, so that it can be "
+    "called on X?",
+    more="the function must return the new module itself, with the checkpoint's numbers in its layers, "
+         "not its weights or its output; the checker calls it on an input X and expects (Q, K, V).")
+LOAD_DTYPE = Mistake(
+    "module-dtype",
+    "your layers hold {have} numbers, the checkpoint {want}. What dtype does a new nn.Linear get when nobody "
+    "says?",
+    more="nn.Linear is created in torch's default dtype, float32, and copying float64 numbers into it rounds "
+         "them without a word. Create the module in the checkpoint's dtype, or convert it, so it keeps every "
+         "digit of the checkpoint.")
+LOAD_SHARED = Mistake(
+    "shared-checkpoint",
+    "your layer's parameter {name} is the checkpoint's own memory: training the layer would change the "
+    "checkpoint. Did you copy the numbers, or hand over the tensor?",
+    more="your parameter {name} shares storage with a tensor of the checkpoint. Wrapping a checkpoint tensor "
+         "in nn.Parameter shares it, and so does its transpose, which is a view of the same memory; so does "
+         "assigning to a parameter's data. Copy the values into the layer's own parameters instead.")
+LOAD_NO_TRANSPOSE = Mistake(
+    "no-transpose",
+    "with the square checkpoint your module runs but computes other numbers. In which orientation does "
+    "nn.Linear keep its weight, and in which does the checkpoint hold W?",
+    more="you copied the book's W (d_model × d) into nn.Linear's weight as it is. nn.Linear keeps its weight "
+         "as out × in and multiplies by its transpose, so the weight must hold the transpose of W.")
+LOAD_BIAS = Mistake(
+    "bias",
+    "the weights are right, but every row of your {which} is off by the same vector. What does the "
+    "checkpoint add after the product?",
+    more="the biases of your layers are not the checkpoint's: they were left at their starting values, or "
+         "there are none. Each layer needs a bias, holding b_Q, b_K or b_V.")
+LOAD_OUTPUT = Mistake(
+    "output",
+    "your module, called on X, returned {got}. What should one call of it give?",
+    more="calling the module on X must return three tensors, (Q, K, V), as the library's Projections does.")
 
 
-@checker
-def check_linear_by_hand(fn) -> Verdict:
-    """``fn(x, weight, bias)`` with x (..., d_in), weight (d_out, d_in), bias (d_out,) → (..., d_out)."""
-    return judge(fn, _linear_cases(), _linear_reference, _LINEAR_MISTAKES,
-                 success="your function reproduces nn.Linear: y = x @ weight.T + bias.")
+class _Refused(Exception):
+    """Raised inside the checker when the learner's module is not one it can call (never seen by the learner)."""
+
+
+def _row_constant(d: torch.Tensor) -> bool:
+    """Whether every row of d (..., T, n) is the same vector."""
+    rows = d.reshape(-1, d.shape[-1])
+    return bool(torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-4))
+
+
+def _load_diagnose(fn, cases, found: dict, verdict: Verdict) -> Verdict | None:
+    if "not-a-module" in found:
+        return named(LOAD_NOT_A_MODULE, got=found["not-a-module"])
+    if "shared" in found:
+        return named(LOAD_SHARED, name=found["shared"])
+    if "dtype" in found:
+        have, want = found["dtype"]
+        return named(LOAD_DTYPE, have=have, want=want)
+    if verdict.mistake in ("type", "length"):
+        return named(LOAD_OUTPUT, got=found.get("output", "something else"))
+    untransposed, biased, ran = True, [], 0
+    for case in cases:
+        ckpt = case[0]
+        try:
+            out = fn(*_fresh(case))(_probe(ckpt))
+        except Exception:  # noqa: BLE001 - e.g. an untransposed copy that fails on a non-square checkpoint
+            continue
+        if not (isinstance(out, (tuple, list)) and len(out) == 3):
+            return None
+        X, ran = _probe(ckpt), ran + 1
+        for n, got in zip(_NAMES, out):
+            W, b = ckpt[f"W_{n}"], ckpt[f"b_{n}"]
+            right, flipped = X @ W, (X @ W.T if W.shape[0] == W.shape[1] else None)
+            if not isinstance(got, torch.Tensor) or got.shape != right.shape:
+                return None
+            got = got.detach().to(W.dtype)
+            untransposed &= flipped is not None and _row_constant(got - flipped)
+            if _row_constant(got - right) and not torch.allclose(got, right + b, atol=1e-5):
+                biased.append(n)
+    if ran and untransposed:
+        return named(LOAD_NO_TRANSPOSE)
+    if biased:
+        return named(LOAD_BIAS, which=", ".join(dict.fromkeys(biased)))
+    return None
+
+
+@checker(mistakes=[LOAD_NOT_A_MODULE, LOAD_DTYPE, LOAD_SHARED, LOAD_NO_TRANSPOSE, LOAD_BIAS, LOAD_OUTPUT])
+def check_load_projections(fn) -> Verdict:
+    """``fn(ckpt)``: a dict of the book's W_Q, W_K, W_V and b_Q, b_K, b_V → a module returning (Q, K, V)."""
+    if not callable(fn):
+        return judge(fn, [], _load_reference)
+    cases, found = _load_cases(), {}
+
+    def load_then_call(ckpt):
+        module = fn(ckpt)
+        if module is None:
+            return None
+        if not isinstance(module, nn.Module):
+            found["not-a-module"] = type(module).__name__
+            raise _Refused()
+        shared = shared_parameters(module, ckpt)
+        if shared:
+            found["shared"] = shared[0].removeprefix("result.")
+            raise _Refused()
+        want = ckpt["W_Q"].dtype
+        have = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.dtype != want})
+        if have:
+            found["dtype"] = (" and ".join(have), str(want).removeprefix("torch."))
+            raise _Refused()
+        with torch.no_grad():
+            out = module(_probe(ckpt))
+        if not (isinstance(out, (tuple, list)) and len(out) == 3):
+            found["output"] = (f"a tuple of {len(out)}" if isinstance(out, (tuple, list))
+                               else f"a {type(out).__name__}")
+        return tuple(out) if isinstance(out, (tuple, list)) else out
+
+    return judge(load_then_call, cases, _load_reference,
+                 success="a new module in the checkpoint's dtype, its own copy of every number, and on any X "
+                         "it returns X W_Q + b_Q, X W_K + b_K and X W_V + b_V.",
+                 diagnose=lambda verdict: _load_diagnose(fn, cases, found, verdict))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -69,118 +203,137 @@ def _fused_cases() -> list[tuple]:
     return [
         (torch.randn(5, 6, generator=g), torch.randn(6, 3 * 4, generator=g), 4),
         (torch.randn(2, 3, 8, generator=g), torch.randn(8, 3 * 2, generator=g), 2),
+        (torch.randn(2, 2, 4, 5, generator=g), torch.randn(5, 3 * 3, generator=g), 3),   # two batch axes
     ]
 
 
-def _fused_reference(X, W_QKV, d_k):
-    return tuple(project(X, W_QKV).split(d_k, dim=-1))
-
-
-def _interleaved(X, W_QKV, d_k):
+def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), cut="blocks"):
+    """(Q, K, V) from X @ W_QKV, with a planted slip; the defaults compute them. ``order`` is the order the
+    blocks are returned in; ``cut`` is "blocks" (d_k consecutive columns each), "dealt" (the bug: the last
+    axis viewed as (d_k, 3)), "rows" (the positions cut into three) or "unbind-last" (viewed as (3, d_k),
+    then unbound along the wrong axis)."""
     QKV = X @ W_QKV
-    return tuple(QKV.reshape(*QKV.shape[:-1], d_k, 3).unbind(-1))
-
-
-def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), axis="columns"):
-    """(Q, K, V) from the blocks of X @ W_QKV, with a planted slip; the defaults compute them. ``order`` is
-    the order the blocks are returned in; ``axis`` = "rows" cuts the positions into three instead."""
-    QKV = X @ W_QKV
-    blocks = QKV.split(d_k, dim=-1) if axis == "columns" else QKV.chunk(3, dim=-2)
+    if cut == "blocks":
+        blocks = QKV.split(d_k, dim=-1)
+    elif cut == "dealt":
+        blocks = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
+    elif cut == "rows":
+        blocks = QKV.chunk(3, dim=-2)
+    else:
+        Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-1)
+        blocks = Q, K, V
     return tuple(blocks[i] for i in order)
 
 
-_FUSED_MISTAKES = [
-    Mistake("unchanged",
-            "this is still the function as given. Q, K and V have the right shapes, but each one mixes columns "
-            "of all three matrices: compare your Q with X @ W_QKV[:, :d_k], the product with W_Q alone.",
-            _interleaved),
-    *variants(_planted_split, [
-        ("order", {"order": (1, 0, 2)},
-         "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the "
-         "first d_k columns of X @ W_QKV are Q, the next d_k are K, the last are V."),
-        ("reversed", {"order": (2, 1, 0)},
-         "your Q is V and your V is Q: the blocks of columns are [Q | K | V], read left to right."),
-        ("rows", {"axis": "rows"},
-         "you cut along the positions (the T axis, dim -2). The three projections sit side by side in the "
-         "last axis, d_k columns each: split along dim=-1."),
-    ]),
-]
+def _fused_reference(X, W_QKV, d_k):
+    return _planted_split(X, W_QKV, d_k)
 
 
-@checker
-def check_split_fused(fn) -> Verdict:
-    """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
-    return judge(fn, _fused_cases(), _fused_reference, _FUSED_MISTAKES,
-                 success="one product, split into blocks of d_k columns, gives Q, K and V.")
-
-
-# ------------------------------------------------------------------------------------------------
-# Cross-attention: K and V come from the other sequence X_kv, not from the queries' sequence X.
-
-def _cross_cases() -> list[tuple]:
-    g = _gen(22)
-    d_model, d = 6, 4
-    return [
-        (torch.randn(3, d_model, generator=g), torch.randn(5, d_model, generator=g),
-         torch.randn(d_model, d, generator=g), torch.randn(d_model, d, generator=g)),
-        (torch.randn(2, 4, d_model, generator=g), torch.randn(2, 7, d_model, generator=g),
-         torch.randn(d_model, d, generator=g), torch.randn(d_model, d, generator=g)),
-    ]
-
-
-def _cross_reference(X, X_kv, W_K, W_V):
-    return project(X_kv, W_K), project(X_kv, W_V)
-
-
-def _planted_kv(X, X_kv, W_K, W_V, *, k_from="X_kv", v_from="X_kv", swap_weights=False):
-    """K, V of cross-attention with a planted slip; the defaults compute them. ``k_from`` and ``v_from`` name
-    the sequence each is projected from ("X_kv" or "X"); ``swap_weights`` projects K with W_V and V with W_K."""
-    sequences = {"X": X, "X_kv": X_kv}
-    if swap_weights:
-        W_K, W_V = W_V, W_K
-    return sequences[k_from] @ W_K, sequences[v_from] @ W_V
-
-
-_CROSS_MISTAKES = variants(_planted_kv, [
-    ("kv-from-queries", {"k_from": "X", "v_from": "X"},
-     "you projected K and V from X, the queries' sequence. In cross-attention the queries come from X, "
-     "but keys and values come from the other sequence: use X_kv for both."),
-    ("k-from-queries", {"k_from": "X"},
-     "V is right, but K was projected from X. Keys and values describe the same positions, so both "
-     "come from X_kv."),
-    ("v-from-queries", {"v_from": "X"},
-     "K is right, but V was projected from X. The values carried must belong to the positions the keys "
-     "describe: project V from X_kv too."),
-    ("swapped-weights", {"swap_weights": True},
-     "K and V are swapped: K uses W_K and V uses W_V (return them in the order K, V)."),
+_FUSED_MISTAKES = variants(_planted_split, [
+    ("unchanged", {"cut": "dealt"},
+     "this is still the function as given. Every shape is right, but each of your Q, K and V mixes numbers "
+     "from all three matrices. Which columns of the fused product end up in your Q? Try the same reshaping "
+     "on a row of column numbers 0, 1, 2, …",
+     "viewing the last axis as (d_k, 3) deals the columns out in turn, like cards: Q gets columns 0, 3, 6, …, "
+     "one from each block in turn. The three matrices sit side by side as blocks of d_k consecutive columns, "
+     "so the last axis must be cut into consecutive pieces."),
+    ("order", {"order": (1, 0, 2)},
+     "your Q is what K should be, and your K is Q. In what order do the three blocks of W_QKV's columns "
+     "stand?",
+     "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the first d_k "
+     "columns of the product are Q, the next d_k are K, the last are V."),
+    ("reversed", {"order": (2, 1, 0)},
+     "your Q is what V should be, and your V is Q. In what order do the three blocks of W_QKV's columns "
+     "stand?",
+     "the blocks came out reversed: the columns of W_QKV are [W_Q | W_K | W_V], read left to right."),
+    ("rows", {"cut": "rows"},
+     "each of your Q, K and V holds a third of the positions. Along which axis do the three projections sit "
+     "side by side?",
+     "you cut along the positions (the T axis). The three projections sit side by side in the last axis, "
+     "d_k columns each, and every one of them keeps all T positions."),
+    ("unbind-last", {"cut": "unbind-last"},
+     "your view has the right sizes, but after it, which axis holds the three blocks and which the d_k "
+     "columns of one block?",
+     "viewing the last axis as (3, d_k) puts the three blocks on the second-last axis; unbinding the last "
+     "axis instead splits it into d_k pieces of 3 columns. Unbind the axis of size 3."),
 ])
 
 
-def _shapes(out) -> str:
-    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
-        return ", ".join(str(tuple(t.shape)) for t in out)
-    return type(out).__name__
+@checker(mistakes=_FUSED_MISTAKES)
+def check_split_fused(fn) -> Verdict:
+    """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
+    return judge(fn, _fused_cases(), _fused_reference, _FUSED_MISTAKES,
+                 success="one product, cut into blocks of d_k consecutive columns, gives Q, K and V.")
 
 
-def _shapes_look(fn, cases, verdict: Verdict) -> Verdict | None:
-    """Say which shapes came back, both at once."""
-    if verdict.mistake != "shape":
-        return None
-    for case in cases:
-        got, want = fn(*[c.clone() for c in case]), _cross_reference(*case)
-        if _shapes(got) != _shapes(want):
-            return Verdict(False, f"K and V should have shapes {_shapes(want)} (T_kv rows each), "
-                                  f"got {_shapes(got)}.", "shape")
-    return None
+# ------------------------------------------------------------------------------------------------
+# Extend: cross-attention with a fused K/V projection. Q comes from X; K and V from the other sequence X_kv,
+# through one product with W_KV = [W_K | W_V], whose two blocks may differ in width (d_k ≠ d_v).
+
+def _cross_cases() -> list[tuple]:
+    g = _gen(22)
+
+    def case(shape_x, shape_kv, d_k, d_v):
+        d_model, d_kv = shape_x[-1], shape_kv[-1]
+        return (torch.randn(*shape_x, generator=g), torch.randn(*shape_kv, generator=g),
+                torch.randn(d_model, d_k, generator=g), torch.randn(d_kv, d_k + d_v, generator=g), d_k)
+
+    return [
+        case((3, 6), (5, 6), 4, 6),             # d_v > d_k: pieces of d_k columns do not fit
+        case((2, 4, 8), (2, 7, 5), 3, 2),       # a batch; the other sequence has its own width, 5 ≠ 8
+        case((2, 6, 6), (2, 3, 6), 4, 4),       # T > T_kv, d_v = d_k
+    ]
 
 
-@checker
-def check_cross_kv(fn) -> Verdict:
-    """``fn(X, X_kv, W_K, W_V)`` with X (..., T, d_model), X_kv (..., T_kv, d_model) → K, V (..., T_kv, d_k)."""
-    cases = _cross_cases()
-    return judge(fn, cases, _cross_reference, _CROSS_MISTAKES,
-                 success="K and V come from X_kv, so they have T_kv rows, whatever the length of X.",
-                 diagnose=lambda verdict: _shapes_look(fn, cases, verdict))
+def _planted_cross(X, X_kv, W_Q, W_KV, d_k, *, q_from="X", kv_from="X_kv", cut="sizes", order=(0, 1, 2)):
+    """(Q, K, V) of cross-attention, or a planted slip; the defaults compute them. ``q_from``, ``kv_from``
+    name the sequence each projection reads; ``cut`` is "sizes" (d_k, then the rest), "equal" (pieces of d_k)
+    or "halves"; ``order`` is the order of the results."""
+    seq = {"X": X, "X_kv": X_kv}
+    Q, KV = seq[q_from] @ W_Q, seq[kv_from] @ W_KV
+    if cut == "sizes":
+        K, V = KV.split([d_k, KV.shape[-1] - d_k], dim=-1)
+    elif cut == "equal":
+        K, V = KV.split(d_k, dim=-1)
+    else:
+        K, V = KV.chunk(2, dim=-1)
+    out = (Q, K, V)
+    return tuple(out[i] for i in order)
+
+
+def _cross_reference(X, X_kv, W_Q, W_KV, d_k):
+    return _planted_cross(X, X_kv, W_Q, W_KV, d_k)
+
+
+_CROSS_MISTAKES = variants(_planted_cross, [
+    ("kv-from-queries", {"kv_from": "X"},
+     "your K and V have one row per position of X. Which sequence do keys and values describe in "
+     "cross-attention?",
+     "you projected K and V from X, the queries' sequence. In cross-attention the keys and values come from "
+     "the other sequence, X_kv: they have T_kv rows, and W_KV is as tall as X_kv is wide."),
+    ("q-from-other", {"q_from": "X_kv"},
+     "your Q has one row per position of X_kv. Whose positions ask the questions?",
+     "you projected Q from X_kv. The queries come from X, one per position of the sequence being updated; "
+     "only K and V come from the other sequence."),
+    ("equal-pieces", {"cut": "equal"},
+     "are K and V the same width here? What is d_v, and where can you read it?",
+     "you cut the product with W_KV into pieces of d_k columns. V is d_v wide and d_v need not be d_k: it "
+     "is what is left of W_KV's columns after the first d_k, the columns of W_K."),
+    ("halves", {"cut": "halves"},
+     "you cut the product with W_KV into two equal halves. Is W_K as wide as W_V here?",
+     "two equal halves give K its d_k columns only when d_v = d_k. K is the first d_k columns, V the rest."),
+    ("order", {"order": (0, 2, 1)},
+     "your second and third results are swapped. In what order should they come back?",
+     "the function returns (Q, K, V): your K is in the place of V and your V in the place of K."),
+])
+
+
+@checker(mistakes=_CROSS_MISTAKES)
+def check_cross_qkv(fn) -> Verdict:
+    """``fn(X, X_kv, W_Q, W_KV, d_k)`` → Q (..., T, d_k), K (..., T_kv, d_k), V (..., T_kv, d_v)."""
+    return judge(fn, _cross_cases(), _cross_reference, _CROSS_MISTAKES,
+                 success="Q from X; K and V from X_kv in one product, cut at d_k: T_kv rows each, whatever "
+                         "the length and the width of X, and d_v read from W_KV.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -197,28 +350,35 @@ def _qkv_params(d_model: int, h: int) -> int:
     return sum(p.numel() for head in heads for p in head.parameters())
 
 
-@checker(kind="predict")
-def check_qkv_params(value) -> Verdict:
-    """A predicted count: weights and biases of W_Q, W_K, W_V for all heads of one layer, d_model = 768, h = 12."""
+def _guesses() -> list[Guess]:
     d, h = _GPT2["d_model"], _GPT2["h"]
     d_head = d // h
-    guesses = [
-        Guess("one-head", f"that is one head. Each of the h = {h} heads has its own W_Q, W_K and W_V of shape "
-              f"d_model × d_head ({d} × {d_head}), plus their biases.", 3 * (d * d_head + d_head)),
-        Guess("one-head-no-bias", f"that is one head without biases. There are h = {h} heads, and nn.Linear "
-              "(like GPT-2) adds a bias of d_head numbers to each projection.", 3 * d * d_head),
-        Guess("no-bias", "the weights are right, but every projection also has a bias, one number per output "
-              f"column: {d_head} per matrix and head.", 3 * d * d),
-        Guess("full-width-heads", f"each head's matrices are d_model × d_head ({d} × {d_head}), not "
-              f"d_model × d_model: the h heads together are as wide as one d_model × d_model matrix.",
-              h * 3 * (d * d + d)),
-        Guess("with-W_O", "that includes the output projection W_O, which comes after the heads (chapter 6); "
-              "count only W_Q, W_K and W_V.", 4 * (d * d + d)),
-        Guess("one-matrix", "that is one matrix (with its bias). Queries, keys and values have three separate "
-              "parameter sets.", d * d + d),
+    return [
+        Guess("one-head", "too low: that is what a single head holds. How many heads does the layer have, each "
+              "with its own matrices?", 3 * (d * d_head + d_head),
+              more=f"you counted one head's W_Q, W_K and W_V and their biases; each of the h = {h} heads of the "
+                   "layer has its own."),
+        Guess("one-head-no-bias", "too low, on two counts: that is a single head, and it leaves something out of "
+              "each projection.", 3 * d * d_head,
+              more=f"you counted one head without biases. There are h = {h} heads, and each projection also "
+                   "has a bias, as nn.Linear has by default."),
+        Guess("no-bias", "a little too low: the weights are all there. What else does each projection add to "
+              "its output?", 3 * d * d,
+              more="every projection also has a bias, one number per output column, for every head."),
+        Guess("full-width-heads", "far too high: how wide is one head's W_Q?", h * 3 * (d * d + d),
+              more=f"each head's matrices are d_model × d_head, {d} by {d_head}, not d_model × d_model."),
+        Guess("with-W_O", "too high: did you count a fourth matrix? Only the query, key and value projections "
+              "count here.", 4 * (d * d + d),
+              more="that count includes the output projection W_O, which comes after the heads (chapter 6)."),
+        Guess("one-matrix", "too low: queries, keys and values do not share one projection.", d * d + d,
+              more="that is one matrix with its bias, for all heads; Q, K and V each have their own."),
     ]
-    count = _qkv_params(d, h)
-    return judge_number(value, count, guesses, rtol=1e-6,
-                        success=f"{count:,} parameters. The h heads of width d_model / h hold as many as one "
-                                f"d_model × d_model matrix (and bias) each for Q, K and V: "
-                                f"3 · (d_model² + d_model).")
+
+
+@checker(kind="predict", mistakes=_guesses())
+def check_qkv_params(value) -> Verdict:
+    """A predicted count: weights and biases of W_Q, W_K, W_V for all heads of one layer, d_model = 768, h = 12."""
+    count = _qkv_params(_GPT2["d_model"], _GPT2["h"])
+    return judge_number(value, count, _guesses(), rtol=1e-6,
+                        success=f"{count:,} parameters. The h heads of width d_model / h together are as wide "
+                                f"as one d_model × d_model matrix (and its bias) for each of Q, K and V.")

@@ -1,17 +1,25 @@
-"""Exercise checkers for the stack chapter.
+"""Exercise checkers for the stack chapter (chapter 8).
 
-``check_build_blocks(fn)``: ``fn(L, d_model, h)`` must return an ``nn.ModuleList`` of L independent
-:class:`~attnlib.block.Block` objects.
-``check_run_stack(fn)``: ``fn(X0, blocks, ln_f)`` must return ln_f(X_L), feeding X_l to block l+1.
-``check_next_token_windows(fn)``: ``fn(data, starts, T)`` must return inputs and targets shifted by one.
-``check_cached_generation(fn)``: ``fn(model, ids, n_new)`` must generate greedily with its own K/V cache.
+``check_deepen(fn)``: ``fn(blocks)`` for an ``nn.ModuleList`` of L blocks must return an ``nn.ModuleList`` of 2L
+blocks: entry 2i a copy of block i, entry 2i + 1 a new block of the same sizes that starts as the identity and
+can still learn; no parameter shared with the given blocks or between two entries. The given blocks have
+other sizes than the chapter's (h = 2 and 3, a narrow d_ff, RoPE, one stack in float64), and the number of
+heads is checked by each block's own settings, since no weight shape shows it.
+``check_logit_lens(fn)``: ``fn(X0, blocks, ln_f, head)`` must return head(ln_f(X_l)) for l = 0 … L, stacked as
+(L + 1, B, T, vocab_size) in the dtype of X0 (one case in float64).
+``check_text_windows(fn)``: ``fn(data, T)`` must cut data into consecutive windows of T inputs, as many as fit
+with their next-token targets: (inputs, targets), each (n, T).
+``check_cached_generation(fn)``: ``fn(model, ids, n_new, chunk)`` must feed the prompt in chunks of at most
+``chunk`` tokens, then generate n_new tokens greedily, keeping every layer's K and V itself.
 
+Every mistake has two hint levels: ``check_…(fn)`` says where to look, ``check_…(fn, hint=2)`` what is wrong.
 Modules are built afresh on every call, and the learner's function gets copies of its own, so an answer that
-changes a module in place cannot change the reference or a later verdict.
+changes a module in place is told so (by the core) and cannot change the reference or a later verdict.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -19,148 +27,351 @@ from torch import nn
 
 from ..attention import attention, softmax
 from ..block import Block
-from ..heads import merge_heads
+from ..heads import MultiHeadAttention, merge_heads
 from ..model import GPT
-from ..train import next_token_windows
-from ._core import Mistake, Verdict, checker, judge, variants
+from ._core import Mistake, Verdict, checker, judge, named, variants
 
-__all__ = ["check_build_blocks", "check_run_stack", "check_next_token_windows", "check_cached_generation"]
+__all__ = ["check_deepen", "check_logit_lens", "check_text_windows", "check_cached_generation"]
+
+_CONTENT = ("values", "type", "shape", "length", "dtype", "device")   # judge's labels for a merely different result
 
 
-# --- build a stack: L blocks, L sets of parameters --------------------------------------------------------------
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# --- build: a deeper stack that starts as the old one ---------------------------------------------------------------
+
+# seed, L, d_model, h, d_ff, rope, dtype: sizes the chapter did not use, so that a block built from the chapter's
+# numbers (h = 4, d_ff = 4·d_model) or in the default dtype is told so.
+_DEEPEN_CASES = ((880, 2, 16, 2, 40, False, torch.float32), (881, 3, 12, 3, 24, True, torch.float64))
+
+_FIELDS = ("d_model", "h", "h_kv", "d_ff", "rope", "norm", "bias", "gelu", "dtype", "device")
+
+
+def _fresh_blocks(i: int):
+    """Case i: an nn.ModuleList of L "trained" blocks (no parameter at its initial value, LayerNorms included)."""
+    seed, L, d_model, h, d_ff, rope, dtype = _DEEPEN_CASES[i]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        blocks = nn.ModuleList(Block(d_model, h, d_ff, rope=rope) for _ in range(L))
+        with torch.no_grad():
+            for p in blocks.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+    return (blocks.to(dtype),)
+
+
+def _probe(blocks: nn.ModuleList) -> torch.Tensor:
+    """The test input every entry is run on: (B=2, T=5, d_model) in the blocks' dtype."""
+    p = next(blocks[0].parameters())
+    g = torch.Generator().manual_seed(88)
+    return torch.randn(2, 5, blocks[0].d_model, generator=g, dtype=torch.float64).to(p.dtype)
+
+
+def _setting(block: Block, field: str):
+    a, m = block.attn, block.mlp
+    params = list(block.parameters())
+    return {"d_model": block.d_model, "h": a.h, "h_kv": a.h_kv, "d_ff": m.d_ff, "rope": bool(a.rope),
+            "norm": block.norm, "bias": m.W_1.bias is not None, "gelu": m.gelu,
+            "dtype": _dtype_name(params[0].dtype) if len({p.dtype for p in params}) == 1 else "mixed",
+            "device": str(params[0].device)}[field]
+
+
+def _entries(out) -> list | None:
+    """The entries of what the learner returned, when it is a collection of Blocks; else None."""
+    if out is None or isinstance(out, (nn.Module, torch.Tensor)) and not isinstance(out, nn.ModuleList):
+        return None
+    try:
+        items = list(out)
+    except TypeError:
+        return None
+    return items if all(isinstance(b, Block) for b in items) else None
+
+
+def _storages(module: nn.Module) -> dict[int, str]:
+    return {p.untyped_storage().data_ptr(): name for name, p in module.named_parameters() if p.numel()}
+
+
+def _identity_kind(block: Block, X: torch.Tensor) -> int:
+    """0: block(X) is X; 1: it adds one vector to every position; 2: it changes X otherwise; 3: it cannot run."""
+    try:
+        with torch.no_grad():
+            Y = block(X)
+    except Exception:  # noqa: BLE001 - a block of the wrong dtype or size
+        return 3
+    if not isinstance(Y, torch.Tensor) or Y.shape != X.shape:
+        return 3
+    D = (Y - X).double()
+    tol = 1e-5 * (1.0 + X.double().abs().max().item())
+    if D.abs().max().item() <= tol:
+        return 0
+    return 1 if (D - D[:1, :1]).abs().max().item() <= tol else 2
+
+
+def _dead(block: Block) -> bool:
+    """Whether a sublayer's first layer is all zero: then no gradient reaches it (or the layer after it)."""
+    return any(not bool(w.detach().any()) for w in (block.attn.W_QKV.weight, block.mlp.W_1.weight))
+
+
+def _facts(out, given: nn.ModuleList):
+    """What is true of the learner's stack, in numbers that judge can compare with the ideal one's.
+
+    (a ModuleList? (1/0), entries, shares with a given block?, shares between entries?, settings of every entry
+    (2L, fields) as codes, every copy on the probe input (L, B, T, d_model) in float64, what every new block does
+    (L,), which new blocks are dead (L,)), or (-1,) when ``out`` is not a collection of Blocks.
+    """
+    items = _entries(out)
+    if items is None:
+        return (-1,)
+    taken = set().union(*[_storages(b) for b in given])
+    shares_given = int(any(set(_storages(b)) & taken for b in items))
+    seen, shares_between = set(), 0
+    for b in {id(b): b for b in items}.values():
+        mine = set(_storages(b))
+        shares_between |= bool(mine & seen)
+        seen |= mine
+    shares_between |= len({id(b) for b in items}) < len(items)
+    settings = torch.tensor([[hash(_setting(b, f)) % 1_000_003 for f in _FIELDS] for b in items],
+                            dtype=torch.int64).reshape(len(items), len(_FIELDS))
+    X = _probe(given)
+    copies, kinds, dead = [], [], []
+    for k, b in enumerate(items):
+        if k % 2 == 0:
+            try:
+                with torch.no_grad():
+                    copies.append(b(X).double())
+            except Exception:  # noqa: BLE001
+                copies.append(torch.full(X.shape, math.nan, dtype=torch.float64))
+        else:
+            kinds.append(_identity_kind(b, X))
+            dead.append(int(_dead(b)))
+    copies = torch.stack(copies) if copies else torch.zeros(0, *X.shape, dtype=torch.float64)
+    return (int(isinstance(out, nn.ModuleList)), len(items), shares_given, int(shares_between), settings, copies,
+            torch.tensor(kinds, dtype=torch.int64), torch.tensor(dead, dtype=torch.int64))
+
+
+def _ideal(given: nn.ModuleList):
+    """The facts of the right answer: every entry set like its block, the copies compute what the blocks do."""
+    X = _probe(given)
+    with torch.no_grad():
+        copies = torch.stack([b(X).double() for b in given])
+    settings = torch.tensor([[hash(_setting(b, f)) % 1_000_003 for f in _FIELDS] for b in given for _ in (0, 1)],
+                            dtype=torch.int64)
+    L = len(given)
+    return (1, 2 * L, 0, 0, settings, copies, torch.zeros(L, dtype=torch.int64), torch.zeros(L, dtype=torch.int64))
+
+
+DEEPEN_TYPE = Mistake(
+    "type",
+    "return an nn.ModuleList of Blocks, 2L of them; got {what}.",
+    more="return an nn.ModuleList whose entries are Block objects: for L given blocks, 2L entries, a copy of each "
+         "given block followed by its new block. You returned {what}.")
+WRONG_COUNT = Mistake(
+    "wrong-count",
+    "your stack has {n} entries for {L} given blocks: how many blocks does each given one become?",
+    more="each given block becomes two entries, its copy and a new block after it: 2L = {want} entries, "
+         "not {n}.")
+SHARED_GIVEN = Mistake(
+    "shared-parameters",
+    "entry {k} of your stack shares its parameter {name} with block {i} that was passed in: training the "
+    "deeper stack would change the old one too. Did you copy the numbers, or hand over the same tensors?",
+    more="entry {k}'s {name} is the same storage as a parameter of given block {i}. Putting a given module "
+         "into the new list, or assigning one of its layers or parameters, shares it; a deep copy owns its "
+         "numbers.")
+SAME_BLOCK = Mistake(
+    "same-block",
+    "entries {a} and {b} of your stack are one Block object: setting up one of them changes the other. How "
+    "many blocks did you create for each given one?",
+    more="entries {a} and {b} are the same object, so the copy and the new block cannot differ. Create the "
+         "new block as an object of its own.")
+SHARED_BETWEEN = Mistake(
+    "shared-between",
+    "entries {a} and {b} of your stack share the parameter {name}: can the two ever learn different numbers?",
+    more="entries {a} and {b} hold the same tensor {name}; every entry must own all of its parameters, so "
+         "make each new block's layers its own.")
+WRONG_HEADS = Mistake(
+    "wrong-heads",
+    "entry {k} has {got} heads, block {i} has {want}. The weights have the same shapes for any number of "
+    "heads: where can you read a block's number of heads?",
+    more="every attention module keeps its number of heads as a setting (no weight shape shows it), and a "
+         "block keeps its other sizes too. A new block repeats all of them, or starts as a copy of the block "
+         "it follows.")
+WRONG_D_FF = Mistake(
+    "wrong-d_ff",
+    "entry {k}'s MLP is {got} wide, block {i}'s is {want}: what width does a Block get when you do not say?",
+    more="a Block's default d_ff is 4·d_model; the given blocks are narrower. Give the new block the width of "
+         "the block it follows (or start from a copy of it).")
+WRONG_DTYPE = Mistake(
+    "wrong-dtype",
+    "entry {k}'s parameters are {got}, block {i}'s are {want}: in which dtype is a new module created?",
+    more="a new module's parameters are float32, whatever its neighbours hold; convert it to the dtype of the "
+         "given blocks (or start from a copy of one).")
+WRONG_SETTING = Mistake(
+    "wrong-structure",
+    "entry {k} is not set up like block {i}: its {field} is {got}, block {i}'s is {want}. Which settings of "
+    "a block do its weights not show?",
+    more="a new block repeats every setting of the block it follows ({field} included), or starts as a copy "
+         "of it.")
+ORDER = Mistake(
+    "order",
+    "entry {k} of your stack {does}, where {wanted} belongs: in which order do the entries go?",
+    more="entry 2i is the copy of block i and entry 2i + 1 the new block right after it, so that each new "
+         "block reads the output of the block it was added to; yours are in another order.")
+STACK_DIFFERS = Mistake(
+    "stack-differs",
+    "your stack is not the one asked for, in a way the checker cannot name: does each entry 2i compute block "
+    "i, and does each entry 2i + 1 leave its input unchanged?",
+    more="check each entry on a random input of your own: entry 2i against block i, entry 2i + 1 against the "
+         "input itself; then that no two entries, and no entry and a given block, hold the same tensor.")
+COPY_DIFFERS = Mistake(
+    "copy-differs",
+    "entry {k} should compute what block {i} computes, and on a test input it does not: are all of its "
+    "numbers block {i}'s?",
+    more="entry {k} must be a copy of block {i}: every parameter (both LayerNorms included) with block {i}'s "
+         "values, in a block of the same settings.")
+CONSTANT_ADDED = Mistake(
+    "constant-added",
+    "entry {k} adds one and the same vector to every position instead of leaving X as it is: which part of a "
+    "sublayer still adds something when its input or its weight is zero?",
+    more="a Linear layer adds its bias even when its input or weight is zero. For X + attention + MLP to equal "
+         "X, the last layer of each sublayer (W_O, and the MLP's second layer) must output zero: its weight "
+         "and its bias.")
+NOT_IDENTITY = Mistake(
+    "not-identity",
+    "entry {k} changes its input, so the deeper stack no longer computes what the old one did: what must a "
+    "new block add to the residual stream?",
+    more="a new block starts as the identity when both of its sublayers add zero: the output layers of the "
+         "attention (W_O) and of the MLP (its second layer), weights and biases, start at zero.")
+DEAD = Mistake(
+    "dead-block",
+    "entry {k} leaves X as it is, but its {part} weights are all zero as well: what gradient would ever "
+    "reach them?",
+    more="with a sublayer's first layer zero too, nothing flows back into that sublayer and it stays at zero. "
+         "Only the output layers (weight and bias) need to be zero; the rest stays as it was, random or "
+         "copied.")
+NOT_MODULELIST = Mistake(
+    "not-modulelist",
+    "the blocks are right, but you returned a plain {what}: a module that stores it sees {seen} of its "
+    "{total:,} parameters. What does a model's parameters() see?",
+    more="a plain Python collection of modules is not registered: parameters(), the optimiser and .to(device) "
+         "would all miss the blocks. Return an nn.ModuleList.")
+NO_GRAD = Mistake(
+    "in-place-with-grad",
+    "torch refused to change a trainable parameter in place while it records gradients: how do you tell it "
+    "not to record while you set the numbers?",
+    more="set the numbers inside a block where autograd records nothing (torch's no-grad mode), or with the "
+         "functions of torch.nn.init, which switch it off for you.")
+
+_DEEPEN_MISTAKES = [DEEPEN_TYPE, WRONG_COUNT, SHARED_GIVEN, SAME_BLOCK, SHARED_BETWEEN, WRONG_HEADS, WRONG_D_FF,
+                    WRONG_DTYPE, WRONG_SETTING, ORDER, STACK_DIFFERS, COPY_DIFFERS, CONSTANT_ADDED, NOT_IDENTITY, DEAD,
+                    NOT_MODULELIST, NO_GRAD]
+
 
 def _n_params(modules) -> int:
-    """Parameters of the modules, a tensor shared between them counted once."""
     return sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
 
 
-def _shares(a: nn.Module, b: nn.Module) -> bool:
-    return bool({id(p) for p in a.parameters()} & {id(p) for p in b.parameters()})
+def _role(entry: Block, X: torch.Tensor, outputs: list[torch.Tensor]):
+    """What ``entry`` computes on the probe X: "identity", the index of the given block it equals, or None."""
+    if _identity_kind(entry, X) == 0:
+        return "identity"
+    Y = entry(X)
+    return next((i for i, want in enumerate(outputs) if torch.allclose(Y, want, atol=1e-5, rtol=1e-4)), None)
 
 
-def _judge_stack(blocks, L: int, d_model: int, h: int) -> Verdict | None:
-    """What is wrong with ``blocks`` as a stack of L independent Block(d_model, h); None when nothing is."""
-    if isinstance(blocks, nn.Module) and not isinstance(blocks, nn.ModuleList):
-        return Verdict(False, f"you returned one {type(blocks).__name__}; return an nn.ModuleList holding L "
-                              "blocks.", "type")
-    try:
-        items = list(blocks)
-    except TypeError:
-        return Verdict(False, f"expected an nn.ModuleList of Blocks, got {type(blocks).__name__}.", "type")
-    wrong = [type(b).__name__ for b in items if not isinstance(b, Block)]
-    if wrong:
-        return Verdict(False, f"every entry must be a Block(d_model, h), got a {wrong[0]}.", "type")
-    if len(items) != L:
-        return Verdict(False, f"you built {len(items)} blocks for L = {L}: build exactly L of them (range(L)).",
-                       "wrong-count")
-    if len({id(b) for b in items}) < L:
-        return Verdict(False, "your list holds the same Block object several times (e.g. [Block(d_model, h)] * L), "
-                              "so every layer uses one set of weights. Create a new Block on every turn of the loop: "
-                              "nn.ModuleList(Block(d_model, h) for _ in range(L)).", "same-block")
-    pairs = [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
-    if any(_shares(a.attn, b.attn) for a, b in pairs):
-        return Verdict(False, "the blocks are distinct but they share attention weights: every layer must own "
-                              "its W_Q, W_K, W_V and W_O. Do not assign one block's attn to the others.",
-                       "shared-attention")
-    if any(_shares(a.mlp, b.mlp) for a, b in pairs):
-        return Verdict(False, "the blocks are distinct but they share one MLP: every layer must own its W_1 and "
-                              "W_2.", "shared-mlp")
-    if any(_shares(a, b) for a, b in pairs):
-        return Verdict(False, "two blocks share a parameter tensor (a LayerNorm?): every layer must own all of "
-                              "its parameters.", "shared-parameters")
-    n, want = _n_params(items), L * _n_params([Block(d_model, h)])
-    if n != want:
-        return Verdict(False, f"your stack has {n:,} parameters, expected {want:,} ({L} blocks of {want // L:,}). "
-                              "Build each block as Block(d_model, h), with the default d_ff = 4·d_model.",
-                       "parameter-count")
-    if not isinstance(blocks, nn.ModuleList):
+def _explain_stack(out, given: nn.ModuleList) -> Verdict | None:
+    """The first thing wrong with ``out`` as the deeper stack of ``given``; None when nothing is."""
+    L = len(given)
+    items = _entries(out)
+    if items is None:
+        return named(DEEPEN_TYPE, what=f"a {type(out).__name__}")
+    if len(items) != 2 * L:
+        return named(WRONG_COUNT, n=len(items), L=L, want=2 * L)
+    owners = {ptr: (i, name) for i, b in enumerate(given) for ptr, name in _storages(b).items()}
+    for k, b in enumerate(items):
+        for ptr, name in _storages(b).items():
+            if ptr in owners:
+                return named(SHARED_GIVEN, k=k, i=owners[ptr][0], name=name)
+    for a in range(len(items)):
+        for b in range(a + 1, len(items)):
+            if items[a] is items[b]:
+                return named(SAME_BLOCK, a=a, b=b)
+            both = set(_storages(items[a])) & set(_storages(items[b]))
+            if both:
+                return named(SHARED_BETWEEN, a=a, b=b, name=_storages(items[b])[both.pop()])
+    for k, b in enumerate(items):
+        i = k // 2
+        for field in _FIELDS:
+            got, want = _setting(b, field), _setting(given[i], field)
+            if got != want:
+                m = {"h": WRONG_HEADS, "d_ff": WRONG_D_FF, "dtype": WRONG_DTYPE}.get(field, WRONG_SETTING)
+                return named(m, k=k, i=i, field=field, got=got, want=want)
+    X = _probe(given)
+    with torch.no_grad():
+        outputs = [block(X) for block in given]
+        for k, entry in enumerate(items):
+            role = _role(entry, X, outputs)
+            if k % 2 == 0 and role == k // 2 or k % 2 == 1 and role == "identity":
+                continue
+            if role is not None:
+                does = "starts as the identity" if role == "identity" else f"computes block {role}"
+                wanted = f"the copy of block {k // 2}" if k % 2 == 0 else f"the new block after block {k // 2}"
+                return named(ORDER, k=k, does=does, wanted=wanted)
+            if k % 2 == 0:
+                return named(COPY_DIFFERS, k=k, i=k // 2)
+            kind = _identity_kind(entry, X)
+            return named(CONSTANT_ADDED if kind == 1 else NOT_IDENTITY, k=k)
+        for k, entry in enumerate(items[1::2]):
+            if _dead(entry):
+                part = "attention" if not bool(entry.attn.W_QKV.weight.any()) else "MLP"
+                return named(DEAD, k=2 * k + 1, part=part)
+    if not isinstance(out, nn.ModuleList):
         holder = nn.Module()
-        holder.blocks = blocks
-        return Verdict(False, f"the blocks are right, but you returned a plain {type(blocks).__name__}. A module "
-                              f"that stores it sees {_n_params([holder])} of its {n:,} parameters, so "
-                              "model.parameters(), the optimiser and .to(device) would all miss them. Wrap the "
-                              "blocks in nn.ModuleList(...).", "not-modulelist")
+        holder.blocks = out
+        return named(NOT_MODULELIST, what=type(out).__name__, seen=_n_params([holder]), total=_n_params(items))
     return None
 
 
-def _summary(blocks):
-    """(an nn.ModuleList?, entries, distinct blocks, attention shared?, MLP shared?, anything else shared?,
-    parameters) of a stack, or (-1,) when it is not a collection of Blocks; None stays None."""
-    if blocks is None:
-        return None
-    try:
-        items = list(blocks)
-    except TypeError:
-        return (-1,)
-    if not all(isinstance(b, Block) for b in items):
-        return (-1,)
-    pairs = [(a, b) for i, a in enumerate(items) for b in items[i + 1:] if a is not b]
-    return (int(isinstance(blocks, nn.ModuleList)), len(items), len({id(b) for b in items}),
-            int(any(_shares(a.attn, b.attn) for a, b in pairs)), int(any(_shares(a.mlp, b.mlp) for a, b in pairs)),
-            int(any(_shares(a, b) for a, b in pairs)), _n_params(items))
-
-
-def _stack(L, d_model, h, *, one_block=False, share=None, count=0):
-    """The summary of a stack built in one way; every switch's default is right, any other value plants a mistake.
-
-    ``one_block``: the same Block object L times. ``share``: the later blocks take the first block's "attn" or
-    "mlp". ``count``: how many blocks too many (or, negative, too few).
-    """
-    if one_block:
-        return _summary(nn.ModuleList([Block(d_model, h)] * L))
-    blocks = nn.ModuleList(Block(d_model, h) for _ in range(L + count))
-    for b in blocks[1:] if share else ():
-        setattr(b, share, getattr(blocks[0], share))
-    return _summary(blocks)
-
-
-_BUILD_MISTAKES = variants(_stack, [
-    ("same-block", dict(one_block=True),
-     "your list holds the same Block object L times (e.g. [Block(d_model, h)] * L), so every layer uses one "
-     "set of weights. Create a new Block on every turn of the loop: "
-     "nn.ModuleList(Block(d_model, h) for _ in range(L))."),
-    ("shared-attention", dict(share="attn"),
-     "the blocks are distinct but they share one attention module: every layer must own its W_Q, W_K, "
-     "W_V and W_O. Do not assign one block's attn to the others."),
-    ("shared-mlp", dict(share="mlp"),
-     "the blocks are distinct but they share one MLP: every layer must own its W_1 and W_2."),
-    ("wrong-count", dict(count=-1),
-     "the number of blocks is off by one: build exactly L of them (range(L))."),
-    ("wrong-count", dict(count=+1),
-     "the number of blocks is off by one: build exactly L of them (range(L))."),
-])
-
-_CONTENT = ("values", "type", "shape", "length")       # judge's labels for a result that is merely different
-
-
-@checker
-def check_build_blocks(fn) -> Verdict:
-    """Check ``fn(L, d_model, h)`` returns an nn.ModuleList of L distinct Blocks, no parameter tensor shared."""
+@checker(mistakes=_DEEPEN_MISTAKES)
+def check_deepen(fn) -> Verdict:
+    """Check ``fn(blocks)`` returns an nn.ModuleList of 2L blocks: the copy of block i at 2i, a new block of the
+    same settings that starts as the identity (and can learn) at 2i + 1, no parameter shared with the given
+    blocks or between entries."""
     if not callable(fn):
         return judge(fn, [], None)
-    cases = [(3, 16, 4), (2, 8, 2)]
+    cases = [_fresh_blocks(i) for i in range(len(_DEEPEN_CASES))]
 
-    def diagnose(verdict):                             # say what differs: a count, a type, a shared tensor …
-        if verdict.mistake in _CONTENT:
-            return next(filter(None, (_judge_stack(fn(*case), *case) for case in cases)), None)
-        return None
+    def diagnose(verdict: Verdict) -> Verdict | None:
+        if verdict.mistake == "error" and "leaf Variable that requires grad" in verdict.message:
+            return named(NO_GRAD)
+        if verdict.mistake not in _CONTENT:
+            return None
+        for i in range(len(_DEEPEN_CASES)):
+            given, = _fresh_blocks(i)
+            found = _explain_stack(fn(given), given)
+            if found is not None:
+                return found
+        return named(STACK_DIFFERS)
 
-    return judge(lambda L, d_model, h: _summary(fn(L, d_model, h)), cases, _stack, _BUILD_MISTAKES,
-                 success="an nn.ModuleList of L distinct blocks, and no parameter tensor is shared between them.",
+    def facts(blocks):
+        out = fn(blocks)
+        return None if out is None else _facts(out, blocks)
+
+    return judge(facts, cases, _ideal, [],
+                 success="every block is followed by a new block of its own settings that starts as the "
+                         "identity, and no entry shares a parameter with the given blocks or another entry.",
                  diagnose=diagnose)
 
 
-# --- run a stack: block l+1 reads X_l, then the final LayerNorm -------------------------------------------------
+# --- build: read every layer with the head (the logit lens) ---------------------------------------------------------
 
-_STACK_CASES = ((808, 2, 5, 16, 4, 3), (809, 1, 4, 8, 2, 2))      # seed, B, T, d_model, h, L
+_LENS_CASES = ((808, 2, 5, 16, 4, 3, 11, torch.float32), (809, 1, 4, 8, 2, 2, 7, torch.float64))
+# seed, B, T, d_model, h, L, vocab_size, dtype
 
 
-def _fresh_stack(i: int):
-    """Case i: X0 (B, T, d_model), L new blocks and a final LayerNorm whose scale and shift are not 1 and 0.
-
-    Built on every call; judge then gives the learner, the reference and each mistake a deep copy of their own.
-    """
-    seed, B, T, d_model, h, L = _STACK_CASES[i]
+def _fresh_lens(i: int):
+    """Case i: X0 (B, T, d_model), L blocks, a final LayerNorm whose scale and shift are not 1 and 0, a head."""
+    seed, B, T, d_model, h, L, vocab, dtype = _LENS_CASES[i]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         blocks = nn.ModuleList(Block(d_model, h) for _ in range(L)).eval()
@@ -168,89 +379,178 @@ def _fresh_stack(i: int):
         with torch.no_grad():
             ln_f.weight.uniform_(0.5, 1.5)
             ln_f.bias.normal_(0.0, 0.3)
+        head = nn.Linear(d_model, vocab, bias=False)
         X0 = torch.randn(B, T, d_model) * 2.0
-    return X0, blocks, ln_f
+    return X0.to(dtype), blocks.to(dtype), ln_f.to(dtype), head.to(dtype)
 
 
-def _run(X0, blocks, ln_f, *, read_X0=False, norm="end", reverse=False):
-    """Run the stack; every switch's default is right, any other value plants a mistake.
+def _lens(X0, blocks, ln_f, head, *, read="normed", stream="raw", first=True, last=True, from_X0=False,
+          reverse=False, probs=False, axis=0):
+    """Every layer read by the head; every switch's default is right, any other value plants a mistake.
 
-    ``read_X0``: every block reads X₀. ``norm``: ln_f once at the "end", after "every" block, once "first" (on
-    X₀) or "none". ``reverse``: the blocks in reverse order.
+    ``read``: each X_l through ln_f ("normed"), "raw", or "raw-but-last". ``stream``: "raw"; "normed" (every
+    block reads ln_f of its input); "normed-after" (ln_f after every block, so X₀ reaches block 0 raw).
+    ``first``/``last``: read X₀ / X_L. ``from_X0``: every block reads X₀. ``reverse``: the blocks in reverse
+    order. ``probs``: softmax readings. ``axis``: where the layer axis goes.
     """
-    X = ln_f(X0) if norm == "first" else X0
-    for block in blocks[::-1] if reverse else blocks:
-        X = block(X0 if read_X0 else X)
-        X = ln_f(X) if norm == "every" else X
-    return ln_f(X) if norm == "end" else X
+    order = list(blocks)[::-1] if reverse else list(blocks)
+    X, Xs = X0, [X0]
+    for block in order:
+        X = block(X0 if from_X0 else ln_f(X) if stream == "normed" else X)
+        X = ln_f(X) if stream == "normed-after" else X
+        Xs.append(X)
+    if stream == "normed-after":
+        Xs[0] = ln_f(X0)
+    L = len(Xs) - 1
+    reads = [head(X if read == "raw" or (read == "raw-but-last" and l < L) or stream == "normed-after"
+                  else ln_f(X)) for l, X in enumerate(Xs)]
+    reads = reads[(0 if first else 1):(L + 1 if last else L)]
+    out = torch.stack(reads, dim=axis)
+    return out.softmax(-1) if probs else out
 
 
-_RUN_MISTAKES = variants(_run, [
-    ("x0-every-block", dict(read_X0=True),
-     "every block reads X₀, so only the last block's output survives and the earlier layers are wasted. "
-     "Block l+1 must read X_l, the output of block l: X = block(X) inside the loop."),
-    ("no-final-norm", dict(norm="none"),
-     "you returned X_L itself: the final LayerNorm ln_f is missing. Return ln_f(X) after the loop."),
-    ("norm-every-block", dict(norm="every"),
-     "you applied ln_f after every block. ln_f is applied once, after the last block; each block already "
-     "normalises its own inputs with its ln_1 and ln_2."),
+_LENS_MISTAKES = variants(_lens, [
+    ("raw-reads", dict(read="raw"),
+     "none of your readings matches, not even the last one: what happens to X_L between the last block and "
+     "the head?",
+     "the model normalises X_L with the final LayerNorm before the head; read every X_l through ln_f, then "
+     "the head."),
+    ("raw-but-last", dict(read="raw-but-last"),
+     "your last reading is right and the earlier ones are not: what does the model do to X_L before the "
+     "head, and did the other X_l get the same?",
+     "only X_L went through ln_f. Every X_l has its own scale (the residual stream grows from layer to "
+     "layer): read each one exactly as X_L is read, through ln_f and then the head."),
+    *[("normed-stream", dict(stream=form),
+       "your first reading is right and the later ones drift away: does reading a layer change what the next "
+       "block receives?",
+       "you passed the normalised X_l on to the next block. The reading is a side branch: normalise for the "
+       "head only, and feed the blocks the raw residual stream.") for form in ("normed", "normed-after")],
+    ("missing-x0", dict(first=False),
+     "you returned L readings for L blocks: how many residual streams X_0 … X_L are there to read?",
+     "the embeddings X₀ are read too, before any block: L blocks give L + 1 readings."),
+    ("missing-last", dict(last=False),
+     "your readings stop one layer early: is the output of the last block read?",
+     "you read each X_l before its block, and never X_L after the last one: L blocks give L + 1 readings."),
+    ("x0-every-block", dict(from_X0=True),
+     "is your reading at layer l the output of l blocks, applied one after the other?",
+     "every block read X₀, so each reading shows one block alone. Block l + 1 reads X_l, the output of "
+     "block l."),
     ("reversed", dict(reverse=True),
+     "in which order do the blocks run?",
      "you ran the blocks in reverse order: block 0 reads X₀, block 1 reads X₁, and so on."),
-    ("norm-first", dict(norm="first"),
-     "you applied ln_f to X₀ before the blocks. ln_f comes once, after the last block."),
+    ("probabilities", dict(probs=True),
+     "every row of your readings sums to 1: does the head give probabilities?",
+     "you applied a softmax. The head's outputs are logits; return those, and leave the softmax to whoever "
+     "turns them into a choice."),
+    ("layer-axis", dict(axis=1),
+     "your numbers are right but the axes are in another order: which axis should count the layers?",
+     "the readings go on a new first axis: (L + 1, B, T, vocab_size), reading l at index l."),
 ])
 
 
-@checker
-def check_run_stack(fn) -> Verdict:
-    """Check ``fn(X0, blocks, ln_f)`` with X0 (B, T, d_model) returns ln_f(X_L), shape (B, T, d_model)."""
-    cases = [_fresh_stack(i) for i in range(len(_STACK_CASES))]
+@checker(mistakes=_LENS_MISTAKES)
+def check_logit_lens(fn) -> Verdict:
+    """Check ``fn(X0, blocks, ln_f, head)`` returns head(ln_f(X_l)) for l = 0 … L as (L + 1, B, T, vocab_size)."""
+    cases = [_fresh_lens(i) for i in range(len(_LENS_CASES))]
     with torch.no_grad():
-        return judge(fn, cases, _run, _RUN_MISTAKES,
-                     success="each block reads the previous block's output, and ln_f is applied once at the end.")
+        return judge(fn, cases, _lens, _LENS_MISTAKES,
+                     success="every X_l, from X₀ to X_L, is read through ln_f and the head, and the blocks "
+                             "receive the raw stream.")
 
 
-# --- next-token targets -------------------------------------------------------------------------------------------
+# --- build: cut a text into training windows -------------------------------------------------------------------------
 
 def _windows_cases() -> list[tuple]:
     data = (torch.arange(40) * 7) % 41          # 40 different token IDs, in no sorted order
-    return [(data, torch.tensor([3, 10, 17]), 5), (data, torch.tensor([1, 22]), 8)]
+    # T divides len(data) in the first and the last case: there the window that would end the text has no target
+    return [(data, 5), (data[:38], 4), (data[3:27], 6)]
 
 
-def _slices(data, starts, T, *, dx=0, dy=1):
-    """Inputs data[s+dx : s+dx+T] and targets data[s+dy : s+dy+T]; the defaults are right, others plant a mistake."""
-    idx = starts[:, None] + torch.arange(T)
+def _cut(data, T, *, n=None, stride=None, dx=0, dy=1):
+    """Windows starting at 0, stride, 2·stride, …: inputs data[s+dx : s+dx+T], targets data[s+dy : s+dy+T].
+
+    The defaults are right (stride T, as many windows as fit with their targets); others plant a mistake.
+    ``stride``: 1, or "gap" (T + 1). ``n``: "fewer" (one window fewer than fit).
+    """
+    stride = {None: T, "gap": T + 1}.get(stride, stride)
+    count = (len(data) - 1 - T) // stride + 1        # the last target, data[s + T], must exist
+    count = count - 1 if n == "fewer" else count
+    idx = torch.arange(count)[:, None] * stride + torch.arange(T)
     return data[idx + dx], data[idx + dy]
 
 
-_WINDOWS_MISTAKES = variants(_slices, [
+_WINDOWS_MISTAKES = variants(_cut, [
     ("no-shift", dict(dy=0),
-     "your targets equal the inputs: the model would learn to repeat the token it already sees. The target "
-     "at position i is the NEXT token: targets = data[s+1 : s+T+1]."),
-    ("wrong-way", dict(dy=-1),
-     "you shifted the targets the wrong way (data[s-1 : s+T-1]): that asks the model for the PREVIOUS token, "
-     "which it can already see. Shift forward: targets = data[s+1 : s+T+1]."),
+     "your targets equal your inputs: what should the model learn to say at position i?",
+     "the target at position i is the token after it, the same window one step later; yours would teach the "
+     "model to repeat the token it already sees."),
     ("swapped", dict(dx=1, dy=0),
-     "inputs and targets are swapped: the inputs are data[s : s+T], the targets the same window one step "
-     "later, data[s+1 : s+T+1]."),
+     "your inputs start one token late and your targets are where the inputs should be: which of the two "
+     "begins where the window begins?",
+     "inputs and targets are swapped: the inputs begin at the window's start, the targets one token later."),
     ("shift-by-two", dict(dy=2),
-     "you shifted by two: the target of position i is the token at i + 1, not i + 2."),
+     "how far after position i is the token that position i must predict?",
+     "you shifted the targets by two: the target of position i is the token right after it."),
+    ("overlapping", dict(stride=1),
+     "your windows overlap: is every token an input in exactly one window?",
+     "you started a window at every token. The windows follow each other: each one starts where the inputs "
+     "of the one before end."),
+    ("gap", dict(stride="gap"),
+     "some tokens are never an input: where does a window start, compared with where the one before ends?",
+     "you left one token between two windows, so that targets and the next inputs would not overlap. They "
+     "may: the last target of a window is the first input of the next, and every token is still an input "
+     "exactly once."),
+    ("one-too-few", dict(n="fewer"),
+     "is there room for one more window at the end of the text?",
+     "the last window fits as long as its last target exists; you stopped one window early."),
 ])
 
+TOO_MANY = Mistake(
+    "one-too-many",
+    "your answer is right when T does not divide the length of the text, and wrong when it does: does the "
+    "target of the last token of your last window exist?",
+    more="every input token needs the token after it as its target, so the last token of the text is never an "
+         "input: count the windows that fit in all tokens but the last.")
+FLOAT_POSITIONS = Mistake(
+    "float-positions",
+    "torch refused to index the text with your positions: what dtype are they?",
+    more="positions that index a tensor must be integers (int64); a division or linspace makes floats.")
 
-@checker
-def check_next_token_windows(fn) -> Verdict:
-    """Check ``fn(data, starts, T)`` returns inputs (B, T) and next-token targets (B, T)."""
-    return judge(fn, _windows_cases(), next_token_windows, _WINDOWS_MISTAKES,
-                 success="inputs are data[s : s+T] and targets data[s+1 : s+T+1] for every start s.")
+
+@checker(mistakes=[*_WINDOWS_MISTAKES, TOO_MANY, FLOAT_POSITIONS])
+def check_text_windows(fn) -> Verdict:
+    """Check ``fn(data, T)`` returns (inputs, targets), each (n, T): consecutive windows of T tokens from 0 on,
+    as many as fit with their next-token targets, in the dtype of data."""
+    cases = _windows_cases()
+
+    def diagnose(verdict: Verdict) -> Verdict | None:
+        if verdict.mistake == "error" and "indices must be long" in verdict.message:
+            return named(FLOAT_POSITIONS)
+        results = []
+        for data, T in cases:
+            try:
+                got = fn(data.clone(), T)
+                want = _cut(data, T)
+                results.append(all(torch.equal(g, w) for g, w in zip(got, want, strict=True)))
+            except Exception:  # noqa: BLE001
+                results.append(False)
+        trap = [len(data) % T == 0 for data, T in cases]
+        if results == [not t for t in trap]:
+            return named(TOO_MANY)
+        return None
+
+    return judge(fn, cases, _cut, _WINDOWS_MISTAKES, diagnose=diagnose,
+                 success="consecutive windows from the start, as many as have their targets, each target the "
+                         "next token of its input.")
 
 
-# --- extend: greedy generation with your own K/V cache -------------------------------------------------------------
+# --- extend: chunked prefill and greedy generation with your own K/V cache ----------------------------------------
 
-# seed, vocab_size, d_model, h, L, pos, prompt length T0, n_new, weight scale: one model with learned positions and
-# one with RoPE. The scale makes attention and position matter to the greedy choices (a plain random model soon
-# repeats one token whatever its context), and the head's ×8 separates the winners clearly (by 0.8 logits or more).
-_GEN_CASES = ((81, 23, 16, 2, 2, "learned", 5, 9, 3.0), (82, 19, 12, 3, 2, "rope", 3, 8, 2.0))
+# seed, vocab_size, d_model, h, L, pos, prompt length T0, n_new, weight scale, chunk: one model with learned positions
+# and one with RoPE. The prompt is fed in chunks of 4 (4 + 4 + 2) and 3 (3 + 3 + 2), so a chunk after the first has
+# T_q < T_k. The scale makes attention and position matter to the greedy choices (a plain random model soon repeats
+# one token whatever its context), and the head's ×8 separates the winners clearly.
+_GEN_CASES = ((118, 23, 16, 2, 2, "learned", 10, 8, 3.0, 4), (144, 19, 12, 3, 2, "rope", 8, 8, 2.0, 3))
 
 
 class _Shortcut(RuntimeError):
@@ -259,13 +559,12 @@ class _Shortcut(RuntimeError):
 
 _NO_GENERATE = "model.generate is the library's answer: write the loop yourself"
 _NO_CACHED_FORWARD = "model(ids, caches) is the library's cache: keep your own K and V per layer"
-_SHORTCUT_HINT = ("use the model's parts: embed_tokens, blocks (ln_1, attn.qkv, attn.W_O, ln_2, mlp), ln_f and "
-                  "head, and keep each layer's K and V yourself, rather than model.generate or model(ids, caches).")
+_NO_CACHED_BLOCK = "a block or its attention called with cache= is the library's cache: keep your own K and V"
 
 
 def _fresh_model(i: int, guarded: bool = False):
-    """Case i: a new GPT whose greedy choices depend on context and position, and its prompt (1, T0)."""
-    seed, vocab, d_model, h, L, pos, T0, _, s = _GEN_CASES[i]
+    """Case i: a new GPT whose greedy choices depend on context and position, its prompt (1, T0), n_new, chunk."""
+    seed, vocab, d_model, h, L, pos, T0, n_new, s, chunk = _GEN_CASES[i]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT(vocab, d_model, h, L, max_T=32, pos=pos).eval()
@@ -277,6 +576,9 @@ def _fresh_model(i: int, guarded: bool = False):
             if model.positions is not None:
                 for p in model.positions.parameters():
                     p.mul_(s)
+            for norm in [m for m in model.modules() if isinstance(m, nn.LayerNorm)]:   # ln_1 ≠ ln_2 ≠ ln_f
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.normal_(0.0, 0.3)
         ids = torch.randint(0, vocab, (1, T0))
     if guarded:
         forward = model.forward
@@ -284,13 +586,19 @@ def _fresh_model(i: int, guarded: bool = False):
         def no_generate(*args, **kwargs):
             raise _Shortcut(_NO_GENERATE)
 
-        def no_cached_forward(ids, caches=None):
+        def no_cached_forward(ids, caches=None, **kwargs):
             if caches is not None:
                 raise _Shortcut(_NO_CACHED_FORWARD)
-            return forward(ids)
+            return forward(ids, **kwargs)
 
         model.generate, model.forward = no_generate, no_cached_forward
-    return model, ids
+        for module in [m for m in model.modules() if isinstance(m, (Block, MultiHeadAttention))]:
+            def no_cached_call(x, *args, _forward=module.forward, cache=None, **kwargs):
+                if cache is not None:
+                    raise _Shortcut(_NO_CACHED_BLOCK)
+                return _forward(x, *args, **kwargs)
+            module.forward = no_cached_call
+    return model, ids, n_new, chunk
 
 
 def _top_left(Q, K, V):
@@ -301,130 +609,275 @@ def _top_left(Q, K, V):
     return softmax(S) @ V
 
 
-def _generate_variant(model, ids, n_new, *, offset_zero=False, attend=attention, self_first=True, keep_new=True,
-                      causal_prompt=True):
-    """Greedy generation with a per-layer K/V cache; the keywords plant the typical mistakes."""
+def _one_ahead(Q, K, V):
+    """Attention whose mask lets each query read one key past its own position."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(2 + T_k - T_q)
+    S = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(future, float("-inf"))
+    return softmax(S) @ V
+
+
+def _masked_if_square(Q, K, V):
+    """The causal mask only when T_q = T_k (the first chunk), none otherwise."""
+    return attention(Q, K, V, causal=Q.shape[-2] == K.shape[-2])
+
+
+def _unmasked(Q, K, V):
+    return attention(Q, K, V, causal=False)
+
+
+def _generate_variant(model, ids, n_new, chunk, *, offset="cached", attend=attention, self_first=True,
+                      keep_new=True, chunked=True):
+    """Chunked prefill, then greedy generation with a per-layer K/V cache; the keywords plant the mistakes.
+
+    ``offset``: the position given to the fed rows: the number of positions fed so far ("cached", right),
+    "zero", the number of "steps" so far, "plus-one" (one too far for the generated tokens), or the
+    "cache-length" (right while the cache grows). ``attend``: the attention used.
+    ``self_first``: append the new K and V before attending. ``keep_new``: append the generated tokens' K and V
+    to the cache. ``chunked``: feed the prompt in chunks (else whole).
+    """
     past = [None] * len(model.blocks)
-    new = ids
-    for _ in range(n_new):
-        offset = 0 if offset_zero else ids.shape[1] - new.shape[1]
-        X = model.embed_tokens(new, offset)
+    T0, todo, fed, steps = ids.shape[1], ids, 0, 0
+    while ids.shape[1] < T0 + n_new:
+        size = chunk if chunked else todo.shape[1]
+        new, todo = todo[:, :size], todo[:, size:]
+        at = {"cached": fed, "zero": 0, "steps": steps, "plus-one": fed + int(fed >= T0),
+              "cache-length": 0 if past[0] is None else past[0][0].shape[-2]}[offset]
+        X = model.embed_tokens(new, at)
         for l, block in enumerate(model.blocks):
-            Q, K, V = block.attn.qkv(block.ln_1(X), offset)
+            Q, K, V = block.attn.qkv(block.ln_1(X), at)
             if past[l] is not None:
                 K_all, V_all = torch.cat([past[l][0], K], -2), torch.cat([past[l][1], V], -2)
             else:
                 K_all, V_all = K, V
-            if past[l] is None or keep_new:
+            if past[l] is None or keep_new or fed < T0:
                 past[l] = (K_all, V_all)
-            if past[l] is not None and not self_first and K_all.shape[-2] > Q.shape[-2]:
+            if not self_first and K_all.shape[-2] > Q.shape[-2]:
                 K_all, V_all = K_all[..., :-Q.shape[-2], :], V_all[..., :-Q.shape[-2], :]
-            if Q.shape[-2] == K_all.shape[-2] and not causal_prompt:
                 out = attention(Q, K_all, V_all, causal=False)
             else:
                 out = attend(Q, K_all, V_all)
             X = X + block.attn.W_O(merge_heads(out))
             X = X + block.mlp(block.ln_2(X))
-        nxt = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, nxt], dim=1)
-        new = nxt
+        fed, steps = fed + new.shape[1], steps + 1
+        if todo.shape[1] == 0:
+            todo = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, todo], dim=1)
     return ids
 
 
 _GEN_VARIANTS = variants(_generate_variant, [
-    ("no-offset", dict(offset_zero=True),
-     "every new token was placed at position 0. Its position is the number of tokens before it: pass "
-     "offset = len(past) to model.embed_tokens(new, offset) and to block.attn.qkv(x, offset)."),
+    ("no-offset", dict(offset="zero"),
+     "your tokens go wrong once the first chunk is in: at which position does the model think the rows of "
+     "a later step sit?",
+     "every step placed its rows at positions from 0. They sit after the cached ones: the first is at the "
+     "number of positions already cached, and both the embedding (learned positions) and qkv (RoPE) need "
+     "that offset."),
+    ("offset-counts-steps", dict(offset="steps"),
+     "the rows of a later chunk sit at the wrong positions: what does your offset count?",
+     "your offset counts the steps taken so far. A chunk of several tokens moves the next position on by its "
+     "length: the offset is the number of positions already in the cache."),
+    ("offset-one-too-far", dict(offset="plus-one"),
+     "the prompt comes out right, and every generated token is placed one position too late: at which "
+     "position, counting from 0, does the newest token sit?",
+     "the newest token sits at the number of tokens before it; your offset counted the token itself as "
+     "well."),
     ("top-left-mask", dict(attend=_top_left),
-     "with cached keys, the new query is the LAST position and may read every cached key. Your mask was "
-     "aligned top-left (as F.scaled_dot_product_attention(..., is_causal=True) does when T_q < T_k), so "
-     "the new token read only position 0. Use attention(Q, K, V), whose mask is aligned bottom-right."),
+     "a chunk after the first reads only the first keys of the cache: where does your mask assume that a "
+     "chunk's queries sit when T_q < T_k?",
+     "your mask treats a chunk's queries as positions 0 … T_q − 1, as scaled_dot_product_attention's "
+     "is_causal does when T_q ≠ T_k (its triangle is aligned top-left). Query i of a chunk sits at position "
+     "T_k − T_q + i and may read every key up to there, its own included."),
+    ("unmasked", dict(attend=_unmasked),
+     "one new token at a time would be fine, but the prompt's chunks are not: may a query of a chunk read "
+     "the keys of later tokens of the same chunk?",
+     "you attended without a causal mask. A single newest token may read every key, but a chunk of several "
+     "is a small prompt of its own: each of its queries still needs the causal mask, shifted to its place "
+     "after the cache."),
+    ("later-chunks-unmasked", dict(attend=_masked_if_square),
+     "the first chunk is right and the later ones are not: which keys does the first query of a later chunk "
+     "read?",
+     "you masked only when T_q equals T_k. A later chunk has T_q < T_k and still must not read its own "
+     "future: its query i may read the cache and the chunk's keys up to its own."),
+    ("one-ahead", dict(attend=_one_ahead),
+     "each query of a chunk reads one key too many: which is the last key that query i of a chunk may read?",
+     "your mask lets each query read the key just after its own position; its future starts one key "
+     "earlier."),
     ("not-self", dict(self_first=False),
-     "the new token attends to the cached past but not to itself: append its K and V to the cache "
-     "BEFORE attending, so that it reads positions 0…t, itself included."),
-    ("cache-not-updated", dict(keep_new=False),
-     "the cache keeps only the prompt's K and V: each generated token must be appended too, or later "
-     "tokens cannot see the earlier generated ones."),
-    ("prompt-unmasked", dict(causal_prompt=False),
-     "the prompt's first pass ran without the causal mask, so the cached K and V of layer 1 and above "
-     "were computed from rows that read later prompt tokens. The first pass is an ordinary causal pass."),
+     "does a new row read itself? Compare when you append a step's K and V with when you attend.",
+     "you attended before appending the step's own K and V, so each new row read only the past, not itself "
+     "or the rows before it in its chunk."),
+    *[("cache-not-updated", dict(keep_new=False, offset=offset),
+       "after the prompt, does each generated token see the tokens generated before it?",
+       "the cache keeps only the prompt's K and V: each generated token's K and V must be appended too (and "
+       "a position read from the cache's length stops growing with it).") for offset in ("cached", "cache-length")],
 ])
 
 
+def _observe(fn, i):
+    """Run ``fn`` on case i's fresh guarded model, watching it: (tokens, rows projected by each layer, the most
+    rows of one projection call, [(position, row)] of every row given to ln_f; the rows of one call are the last
+    positions projected so far)."""
+    model, ids, n_new, chunk = _fresh_model(i, guarded=True)
+    counts, widest, seen = [0] * len(model.blocks), [0], []
+
+    def count(l):
+        def hook(mod, inp, out):
+            counts[l] += inp[0].shape[-2]
+            widest[0] = max(widest[0], inp[0].shape[-2])
+        return hook
+
+    def read(mod, inp, out):        # every row given to ln_f, and the position it stands for
+        x = inp[0].detach().clone()
+        rows = x.unbind(-2) if x.dim() == 3 else (x,)
+        seen.extend((counts[0] - len(rows) + j, row) for j, row in enumerate(rows))
+
+    hooks = [block.attn.W_QKV.register_forward_hook(count(l)) for l, block in enumerate(model.blocks)]
+    hooks.append(model.ln_f.register_forward_hook(read))
+    try:
+        with torch.no_grad():
+            got = fn(model, ids, n_new, chunk)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return got, counts, widest[0], seen
+
+
 def _generation(fn):
-    """Run ``fn(model, ids, n_new)`` on case i's fresh guarded model: (tokens, every position projected once?)."""
+    """``fn`` as judge sees it: case i → (tokens, every position projected once per layer?, no step fed more
+    than chunk rows?, every row given to ln_f equal to recomputing the whole prefix?)."""
     def run(i):
-        _, _, _, _, _, _, T0, n_new, _ = _GEN_CASES[i]
-        model, ids = _fresh_model(i, guarded=True)
-        counts = [0] * len(model.blocks)
-        hooks = [block.attn.W_QKV.register_forward_hook(
-                 lambda mod, inp, out, l=l: counts.__setitem__(l, counts[l] + inp[0].shape[-2]))
-                 for l, block in enumerate(model.blocks)]
-        try:
-            with torch.no_grad():
-                got = fn(model, ids, n_new)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return None if got is None else (got, max(counts) <= T0 + n_new)
+        got, counts, widest, seen = _observe(fn, i)
+        if got is None:
+            return None
+        _, _, _, _, _, _, T0, n_new, _, chunk = _GEN_CASES[i]
+        return got, max(counts) <= T0 + n_new, widest <= chunk, _first_bad_row(i, got, seen) is None
     return run
 
 
+def _first_bad_row(i, got, seen) -> int | None:
+    """The first position whose row, as the learner gave it to ln_f, differs from X_L at that position when the
+    whole sequence ``got`` is run at once; None when all agree (or there were none)."""
+    model, *_ = _fresh_model(i)
+    try:
+        with torch.no_grad():
+            X_L = model.hidden_states(got)[-1]                    # (1, T, d_model)
+    except Exception:  # noqa: BLE001 - tokens that are no token IDs: the comparison of tokens says so
+        return seen[0][0] if seen else -1
+    atol = 1e-4 * (1 + X_L.abs().max().item())
+    for p, row in seen:
+        if not (0 <= p < X_L.shape[1] and row.shape == X_L[:, p].shape
+                and torch.allclose(row.to(X_L.dtype), X_L[:, p], atol=atol, rtol=1e-4)):
+            return p
+    return None
+
+
+def _once(f):
+    """``f(i)`` computed once per case: the reference and the planted mistakes do not depend on the answer judged
+    (judge and the diagnosis only read what they return)."""
+    return functools.lru_cache(maxsize=None)(f)
+
+
+@_once
 def _recomputed(i):
     """The reference: the library's generation without a cache, recomputing the whole prefix at every step."""
-    model, ids = _fresh_model(i)
+    model, ids, n_new, _ = _fresh_model(i)
     with torch.no_grad():
-        return model.generate(ids, _GEN_CASES[i][7], use_cache=False), True
+        return model.generate(ids, n_new, use_cache=False), True, True, True
 
 
 def _shortcut(i, *, message):
     raise _Shortcut(message)
 
 
-_GEN_MISTAKES = [Mistake(m.label, m.hint, _generation(m.wrong)) for m in _GEN_VARIANTS] + [
-    Mistake("no-cache",
-            "the tokens are right, but each step recomputed the past: every layer projected the earlier "
-            "positions again. Keep each layer's K and V, and feed only the newest token.",
-            lambda i: (_recomputed(i)[0], False)),
-    Mistake("prompt-missing",
-            "your new tokens are right, but return the prompt followed by them, (1, T0 + n_new), as "
-            "model.generate does.",
-            lambda i: (_recomputed(i)[0][:, _GEN_CASES[i][6]:], True)),
-    *variants(_shortcut, [
-        ("shortcut", dict(message=_NO_GENERATE), _SHORTCUT_HINT),
-        ("shortcut", dict(message=_NO_CACHED_FORWARD), _SHORTCUT_HINT),
-    ]),
-]
+_SHORTCUT_HINT = ("use the model's parts (embed_tokens, the blocks' ln_1, attn.qkv, attn.W_O, ln_2 and mlp, "
+                  "then ln_f and head) and keep each layer's K and V yourself: model.generate, "
+                  "model(ids, caches) and a block called with a cache are the library's answer.")
+
+NO_CACHE = Mistake(
+    "no-cache",
+    "the tokens are right, but a layer projected some positions more than once: which rows does a step need "
+    "to feed?",
+    more="each step recomputed the past. Keep each layer's K and V, and feed only the rows that are new: the "
+         "next chunk of the prompt, then the newest token.",
+    wrong=_once(lambda i: (_recomputed(i)[0], False, False, False)))
+CHUNK_TOO_BIG = Mistake(
+    "chunk-too-big",
+    "the tokens are right, but one step fed more than chunk positions to a layer: how is the prompt fed?",
+    more="feed the prompt in pieces of at most chunk tokens (the last may be shorter), each reading the cache "
+         "of the pieces before it; then one token at a time.",
+    wrong=_once(_generation(lambda model, ids, n_new, chunk: _generate_variant(model, ids, n_new, chunk,
+                                                                             chunked=False))))
+PROMPT_MISSING = Mistake(
+    "prompt-missing",
+    "your new tokens are right: what should come before them in the result?",
+    more="return the prompt followed by the new tokens, (1, T0 + n_new), as model.generate does.",
+    wrong=_once(_generation(lambda model, ids, n_new, chunk:
+                            _generate_variant(model, ids, n_new, chunk)[:, ids.shape[1]:])))
+SHORTCUT = [Mistake("shortcut", _SHORTCUT_HINT, lambda i, message=message: _shortcut(i, message=message),
+                    more=_SHORTCUT_HINT + " Write the loop over the blocks and the attention step yourself.")
+            for message in (_NO_GENERATE, _NO_CACHED_FORWARD, _NO_CACHED_BLOCK)]
+ROWS_DIFFER = Mistake(
+    "rows-differ",
+    "the tokens are right, but at position {p} the last layer's output differs from recomputing the whole "
+    "prefix: the greedy choice hid the difference. Which keys does each row of that step read, and at which "
+    "position does it sit?",
+    more="compare one step with model.hidden_states on the whole prefix, layer by layer: the first layer "
+         "that differs at position {p} holds the mistake (its position, its keys or its mask).")
+TOKENS_DIFFER = Mistake(
+    "values",
+    "the tokens differ from recomputation from position {first} on (the prompt has {T0} tokens, fed in "
+    "chunks of {chunk}). Is the first wrong token in the prompt's last step or after it?",
+    more="compare one cached step with model(ids) on the whole prefix, layer by layer: the first layer whose "
+         "rows differ holds the mistake (the positions of the rows, the keys they read, or the mask).")
+NOT_TOKENS = Mistake(
+    "type",
+    "expected a tensor of token IDs, got {what}.",
+    more="return the token IDs as one tensor (1, T0 + n_new), the prompt followed by the new tokens, as "
+         "model.generate does; you returned {what}.")
+WRONG_LENGTH = Mistake(
+    "shape",
+    "the result has shape {got}, expected {want}: the prompt (T0 = {T0}) followed by n_new = {n_new} tokens. "
+    "How many times does your loop choose a token?",
+    more="the result is (1, T0 + n_new): every new token is chosen once, after the prompt is in, and the last "
+         "one is returned without being fed.")
+
+_GEN_MISTAKES = [Mistake(m.label, m.hint, _once(_generation(m.wrong)), m.more) for m in _GEN_VARIANTS] + [
+    NO_CACHE, CHUNK_TOO_BIG, PROMPT_MISSING, *SHORTCUT]
 
 
 def _diagnose_generation(fn) -> Verdict | None:
-    """A plain-words verdict for tokens of the wrong type, shape or value (judge sees a (tokens, flag) pair)."""
-    for i, (*_, T0, n_new, _) in enumerate(_GEN_CASES):
-        model, ids = _fresh_model(i, guarded=True)
-        with torch.no_grad():
-            got = fn(model, ids, n_new)
-        want, _ = _recomputed(i)
+    """A plain-words verdict for tokens of the wrong type, shape or value, or a property that fails."""
+    for i in range(len(_GEN_CASES)):
+        got, counts, widest, seen = _observe(fn, i)
+        want = _recomputed(i)[0]
+        _, _, _, _, _, _, T0, n_new, _, chunk = _GEN_CASES[i]
         if not isinstance(got, torch.Tensor):
-            return Verdict(False, f"expected a tensor of token IDs, got {type(got).__name__}.", "type")
+            return named(NOT_TOKENS, what=type(got).__name__)
         if got.shape != want.shape:
-            return Verdict(False, f"the result has shape {tuple(got.shape)}, expected {tuple(want.shape)}: the "
-                                  f"prompt (T0 = {T0}) followed by n_new = {n_new} tokens.", "shape")
+            return named(WRONG_LENGTH, got=tuple(got.shape), want=tuple(want.shape), T0=T0, n_new=n_new)
         if not torch.equal(got, want):
             first = int((got != want).reshape(-1).nonzero()[0])
-            return Verdict(False, f"the tokens differ from recomputation from position {first} on (the prompt "
-                                  f"has {T0} tokens). Compare one cached step with model(ids) on the whole "
-                                  "prefix, layer by layer.", "values")
+            return named(TOKENS_DIFFER, first=first, T0=T0, chunk=chunk)
+        if max(counts) > T0 + n_new:
+            return named(NO_CACHE)
+        if widest > chunk:
+            return named(CHUNK_TOO_BIG)
+        bad = _first_bad_row(i, got, seen)
+        if bad is not None:
+            return named(ROWS_DIFFER, p=bad)
     return None
 
 
-@checker
+@checker(mistakes=[*_GEN_MISTAKES, ROWS_DIFFER, TOKENS_DIFFER, NOT_TOKENS, WRONG_LENGTH])
 def check_cached_generation(fn) -> Verdict:
-    """Check ``fn(model, ids, n_new)``: greedy generation from ids (1, T0) → (1, T0 + n_new) that keeps its own
-    K and V per layer. Its tokens must equal those of recomputing the whole prefix at every step, and every
-    position must pass through each layer's projection once."""
+    """Check ``fn(model, ids, n_new, chunk)``: the prompt ids (1, T0) fed in chunks of at most ``chunk`` tokens,
+    then n_new greedy tokens fed one at a time, → (1, T0 + n_new), keeping its own K and V per layer. Its tokens,
+    and the last layer's rows at every step, must equal those of recomputing the whole prefix; every position
+    must pass through each layer's projection once, and no step may feed more than ``chunk`` rows."""
     if not callable(fn):
         return judge(fn, [], None)
     return judge(_generation(fn), [(i,) for i in range(len(_GEN_CASES))], _recomputed, _GEN_MISTAKES,
-                 success="the same tokens as recomputing the whole prefix, with every position projected "
-                         "once per layer.",
+                 success="the same tokens and the same last-layer rows as recomputing the whole prefix, the "
+                         "prompt fed in chunks and every position projected once per layer.",
                  diagnose=lambda verdict: _diagnose_generation(fn) if verdict.mistake in _CONTENT else None)
