@@ -292,7 +292,7 @@ def test_a_well_formed_made_up_notebook(tmp_path):
     nb = nbformat.reads(editions.learner_notebook(_notebook_with_exercise(tmp_path)), as_version=4)
     sources = [c.source for c in nb.cells]
     assert not any("return 42" in s for s in sources)
-    assert "### Exercise (Build: f)\n\nWrite f." in sources[1]  # no _toc.yml: no number
+    assert f"### Exercise (Build: f)\n\n{editions.TIME_RULE}\n\nWrite f." in sources[1]  # no _toc.yml: no number
     assert '("Build: f", "check_x")' in sources[-1]
 
 
