@@ -207,7 +207,15 @@ def test_a_checker_leaves_the_learners_random_state_alone_on_wrong_answers(check
 
 # Correct answers for the checkers that are not built on judge or judge_number (the fixture cannot make those
 # judge their own reference). Each entry is the tuple of answers the checker takes.
-CORRECT: dict[str, tuple] = {}
+CORRECT: dict[str, tuple] = {
+    # the capstone's reading of GPT-2: lines of the installed transformers source, and a question per planted copy
+    "check_gpt2_lines": ({1: "query_states, key_states, value_states = self.c_attn(hidden_states)"
+                             ".split(self.split_size, dim=2)",
+                          2: "attn_weights = torch.matmul(query, key.transpose(-1, -2)) * scaling",
+                          3: "attn_weights = attn_weights + attention_mask",
+                          4: "attn_output = torch.matmul(attn_weights, value)"},),
+    "check_which_question": ({"A": 1, "B": 3, "C": 2, "D": 1},),
+}
 
 
 @pytest.mark.parametrize("check", ALL, ids=ids(ALL))

@@ -1,7 +1,12 @@
-"""The capstone's bug-hunt checkers accept the fix, reject the stub and name every planted bug, alone or with others."""
+"""The capstone's checkers: the bug hunts accept the fix, reject the stub and name every planted bug, alone or with
+others; the reading of GPT-2 accepts exactly the line that answers each question, judged by what changing it does
+to a running GPT-2, and names the question each planted copy of GPT-2's code fails."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import inspect
 import itertools
 import math
 
@@ -292,3 +297,253 @@ def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mista
             assert any(not _close(out[i], out[j], 1e-5) for out in outs), (i, j)
     assert set(M._CACHED_MISTAKES) <= set(check_cached_attention.mistakes)
     assert set(M._SUBLAYER_MISTAKES) <= set(check_fixed_sublayer.mistakes)
+
+
+def test_the_cache_bug_is_filed_under_the_mask_question():
+    v = check_cached_attention(buggy_cached_attention)
+    assert_named(v, "queries-from-zero", "question 3")
+    assert "question 2" not in v.message
+
+
+# --- GPT-2's code: quote the line that answers each question ---------------------------------------------------------
+
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="transformers is not installed")
+
+GOLDEN = {1: "query_states, key_states, value_states = self.c_attn(hidden_states).split(self.split_size, dim=2)",
+          2: "attn_weights = torch.matmul(query, key.transpose(-1, -2)) * scaling",
+          3: "attn_weights = attn_weights + attention_mask",
+          4: "attn_output = torch.matmul(attn_weights, value)"}
+
+HEAD_SPLIT_Q = "query_states = query_states.view(shape_q).transpose(1, 2)"
+CACHE_UPDATE = "key_states, value_states = curr_cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)"
+SOFTMAX = "attn_weights = nn.functional.softmax(attn_weights, dim=-1)"
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def with_line(q, line):
+    return {**GOLDEN, q: line}
+
+
+@needs_transformers
+def test_gpt2_lines_accepts_the_four_lines_and_rejects_the_stub(one_thread):
+    from attnlib.checks import check_gpt2_lines
+
+    assert_accepted(check_gpt2_lines(GOLDEN))
+    assert_accepted(check_gpt2_lines({q: "    " + line + "  " for q, line in GOLDEN.items()}))   # indentation
+    for stub_answer in (..., None, {1: ..., 2: ..., 3: ..., 4: ...}):
+        assert_named(check_gpt2_lines(stub_answer), "stub")
+
+
+@needs_transformers
+def test_the_answer_lines_are_lines_the_page_prints():
+    from attnlib.gpt2_reading import gpt2_sources
+    from attnlib.reading import source_lines
+
+    printed = {line.strip() for fn in gpt2_sources() for line in source_lines(fn)}
+    assert set(GOLDEN.values()) <= printed
+
+
+@needs_transformers
+def test_no_other_line_of_the_printed_source_answers_any_question(one_thread):
+    """Every line of the functions handed to the learner, docstrings included, for every question: only the four
+    answers are accepted. A line is judged by what it computes (one recording run) and, where that is what the
+    question asks for, by the change the checker makes to it."""
+    from attnlib.checks import capstone as M
+    from attnlib.gpt2_reading import _EXPECTED_KIND, gpt2_sources, line_finding, tiny_gpt2
+    from attnlib.reading import find_line, source_lines
+
+    model = tiny_gpt2()
+    lines = sorted({t.strip() for fn in gpt2_sources() for t in source_lines(fn, docstring=True) if t.strip()})
+    accepted = {}
+    for line in lines:
+        places = find_line(line, gpt2_sources())
+        if not all(p.simple for p in places):
+            assert M._judge_line(1, line)[0].label == "not-a-statement", line
+            continue
+        kinds = line_finding(1, places, model).kinds
+        for q in (1, 2, 3, 4):
+            if _EXPECTED_KIND[q] in kinds and M._judge_line(q, line) is None:
+                accepted.setdefault(q, []).append(line)
+    assert accepted == {q: [line] for q, line in GOLDEN.items()}, accepted
+
+
+NEAR_MISSES = [
+    (1, "hidden_states = self.ln_1(hidden_states)", "q1-ln_1", "LN₁(X)"),
+    (1, HEAD_SPLIT_Q, "q1-part-of-qkv", "holds Q,"),
+    (1, CACHE_UPDATE, "q1-part-of-qkv", "holds K and V,"),
+    (1, GOLDEN[2], "q1-other", "Q, K or V"),
+    (2, GOLDEN[3], "q2-masked-scores", "already holds the mask"),
+    (2, SOFTMAX, "q2-weights", "earlier line put the keys there"),
+    (2, GOLDEN[1], "q2-qkv", "before any score exists"),
+    (2, HEAD_SPLIT_Q, "q2-part-of-qkv", "handles Q"),
+    (3, "return kv_idx <= q_idx", "q3-mask", "builds the mask"),
+    (3, "mask = torch.where(mask, torch.zeros((), device=mask.device, dtype=dtype), min_dtype)", "q3-mask", ""),
+    (3, "causal_mask = create_causal_mask(", "q3-mask", ""),
+    (3, GOLDEN[2], "q3-scores", "no mask in it yet"),
+    (3, SOFTMAX, "q3-weights", "already receives masked scores"),
+    (3, "q_arange = torch.arange(q_length, device=device) + q_offset", "q3-other", ""),
+    (4, "attn_output = attn_output.transpose(1, 2)", "q4-weighted-values-rearranged", "only rearranges"),
+    (4, "attn_output = attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()",
+     "q4-weighted-values-rearranged", ""),
+    (4, "attn_output = self.c_proj(attn_output)", "q4-attention-output", "W_O"),
+    (4, SOFTMAX, "q4-weights", "makes the weights"),
+    (4, "residual = hidden_states", "q4-other", "P · V"),
+]
+
+
+@needs_transformers
+@pytest.mark.parametrize("q, line, label, fragment", NEAR_MISSES,
+                         ids=[f"{n[0]}-{n[2]}-{i}" for i, n in enumerate(NEAR_MISSES)])
+def test_a_line_that_answers_another_step_is_named_by_what_it_computes(one_thread, q, line, label, fragment):
+    from attnlib.checks import check_gpt2_lines
+
+    v = check_gpt2_lines(with_line(q, line))
+    assert_named(v, label, f"question {q} (", fragment)
+    if q > 1:
+        assert "Confirmed so far: question" in v.message, v
+    more = check_gpt2_lines(with_line(q, line), hint=2)
+    assert_named(more, label)
+    assert more.message != v.message and "hint=2" not in more.message
+
+
+@needs_transformers
+@pytest.mark.parametrize("line, label", [
+    ("attn_weights = attn_weights+attention_mask", "not-in-source"),          # retyped with other spacing
+    ("attn_weights = attn_weights", "not-in-source"),                         # cut short
+    ("if attention_mask is not None:", "not-a-statement"),                    # a block's header
+    ("# residual connection", "not-a-statement"),                             # a comment
+    (")", "not-a-statement"),                                                 # the end of a statement
+    ("def eager_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):",
+     "not-a-statement"),
+    ("scaling = query.size(-1) ** -0.5", "never-runs"),                       # scaling is always passed
+    ("attention_mask = encoder_attention_mask", "never-runs"),                # cross-attention only
+    (GOLDEN[3] + "\n" + SOFTMAX, "several-lines"),
+    (3, "not-a-string"),
+    (..., "missing"),
+    ("", "not-in-source"),
+])
+def test_a_line_that_cannot_be_judged_is_told_why(one_thread, line, label):
+    from attnlib.checks import check_gpt2_lines
+
+    assert_named(check_gpt2_lines(with_line(3, line)), label, "question 3 (")
+
+
+@needs_transformers
+@pytest.mark.parametrize("answer, label", [
+    ("0.5", "type"), ([GOLDEN[1]], "type"), (GOLDEN, None),
+    ({"1": GOLDEN[1], "2": GOLDEN[2], "3": GOLDEN[3], "4": GOLDEN[4]}, "keys"),
+    ({1.0: GOLDEN[1], 2: GOLDEN[2], 3: GOLDEN[3], 4: GOLDEN[4]}, "keys"),
+    ({1: GOLDEN[1], 2: GOLDEN[2], 3: GOLDEN[3]}, "keys"),
+    ({**GOLDEN, 5: "x"}, "keys"),
+])
+def test_the_answer_is_a_dict_of_the_four_question_numbers(one_thread, answer, label):
+    from attnlib.checks import check_gpt2_lines
+
+    v = check_gpt2_lines(answer)
+    if label is None:
+        assert_accepted(v)
+    else:
+        assert_named(v, label)
+
+
+@needs_transformers
+def test_a_line_whose_change_does_not_give_the_predicted_model_is_not_accepted(one_thread, monkeypatch):
+    from attnlib import gpt2_reading
+    from attnlib.checks import check_gpt2_lines
+
+    real = gpt2_reading.line_finding
+
+    def unconfirmed(question, places, model=None):
+        found = real(question, places, model)
+        return dataclasses.replace(found, confirmed=False) if question == 4 else found
+
+    monkeypatch.setattr(gpt2_reading, "line_finding", unconfirmed)
+    assert_named(check_gpt2_lines(GOLDEN), "unconfirmed", "P · V", "Confirmed so far: questions 1, 2 and 3.")
+
+
+@needs_transformers
+def test_checking_lines_leaves_transformers_as_it_was(one_thread):
+    from attnlib.checks import check_gpt2_lines
+    from attnlib.gpt2_reading import gpt2_sources
+
+    codes = [inspect.unwrap(fn).__code__ for fn in gpt2_sources()]
+    for answer in (GOLDEN, with_line(2, SOFTMAX), with_line(3, "return kv_idx <= q_idx")):
+        check_gpt2_lines(answer)
+    assert [inspect.unwrap(fn).__code__ for fn in gpt2_sources()] == codes
+    assert not any(name.startswith("__attnlib_probe__") for fn in gpt2_sources()
+                   for name in inspect.unwrap(fn).__globals__)
+
+
+# --- GPT-2's code with a planted bug: which question catches it? ---------------------------------------------------
+
+RIGHT = {"A": 1, "B": 3, "C": 2, "D": 1}
+
+
+@needs_transformers
+def test_which_question_accepts_the_questions_the_copies_fail_and_rejects_the_stub(one_thread):
+    from attnlib.checks import check_which_question
+
+    assert_accepted(check_which_question(RIGHT))
+    for stub_answer in (..., None, {"A": ..., "B": ..., "C": ..., "D": ...}):
+        assert_named(check_which_question(stub_answer), "stub")
+
+
+@needs_transformers
+@pytest.mark.parametrize("letter, wrong", [(letter, q) for letter, right in RIGHT.items() for q in (1, 2, 3, 4)
+                                           if q != right])
+def test_each_wrong_question_for_a_copy_gets_its_own_hint(one_thread, letter, wrong):
+    from attnlib.checks import check_which_question
+
+    answer = {**RIGHT, letter: wrong}
+    v = check_which_question(answer)
+    assert_named(v, f"{letter}-not-{wrong}", f"copy {letter}")
+    more = check_which_question(answer, hint=2)
+    assert_named(more, f"{letter}-not-{wrong}")
+    assert more.message != v.message and "hint=2" not in more.message
+
+
+@needs_transformers
+@pytest.mark.parametrize("answer, label", [
+    ([1, 3, 2, 1], "type"), ("A1 B3", "type"), ({"A": 1, "B": 3, "C": 2}, "keys"),
+    ({"a": 1, "b": 3, "c": 2, "d": 1}, "keys"), ({**RIGHT, "A": 0}, "not-a-question"),
+    ({**RIGHT, "B": 5}, "not-a-question"), ({**RIGHT, "C": 2.0}, "not-a-question"),
+    ({**RIGHT, "D": True}, "not-a-question"), ({**RIGHT, "A": "1"}, "not-a-question"),
+    ({**RIGHT, "A": ...}, "not-a-question"),
+])
+def test_which_question_takes_a_question_number_per_copy(one_thread, answer, label):
+    from attnlib.checks import check_which_question
+
+    assert_named(check_which_question(answer), label)
+
+
+@needs_transformers
+def test_the_which_question_checker_follows_what_the_copies_fail(one_thread, monkeypatch):
+    """The answer is measured, not stored: a copy that failed another question would change the right answer."""
+    from attnlib.checks import capstone as M
+    from attnlib.checks import check_which_question
+
+    monkeypatch.setattr(M, "_caught", lambda letter: [4] if letter == "C" else [RIGHT[letter]])
+    assert_named(check_which_question(RIGHT), "wrong-question", "copy C", "question 2")
+    assert_accepted(check_which_question({**RIGHT, "C": 4}))
+
+
+CODE_OF_THE_LINES = ("c_attn(", "matmul(", "+ attention_mask", "transpose(-1", "dim=-1", "kv_idx <=", "q_offset")
+
+
+@needs_transformers
+def test_no_hint_of_the_gpt2_checkers_quotes_code():
+    from attnlib.checks import _core, check_gpt2_lines, check_which_question
+
+    for check in (check_gpt2_lines, check_which_question):
+        for m in (m for m in check.mistakes if m not in _core._GENERAL):
+            for text in (m.hint, m.more or ""):
+                assert not any(code in text for code in CODE_OF_THE_LINES), (m.label, text)
+                assert "`" not in text, (m.label, text)

@@ -144,8 +144,8 @@ def hf_einsum(X, W_Q, W_K, W_V, W_O):
     d_k, T = W_Q.shape[-1], X.shape[1]
     Q, K = torch.einsum("btm,hmk->bhtk", X, W_Q), torch.einsum("btm,hmk->bhtk", X, W_K)
     V = torch.einsum("btm,hmv->bhtv", X, W_V)
-    S = (Q @ K.mT / math.sqrt(d_k)).masked_fill(future(T), float("-inf"))
-    return torch.einsum("bhtv,hvm->btm", torch.softmax(S, -1) @ V, W_O)
+    Z = (Q @ K.mT / math.sqrt(d_k)).masked_fill(future(T), float("-inf"))
+    return torch.einsum("bhtv,hvm->btm", torch.softmax(Z, -1) @ V, W_O)
 
 
 def hf_per_head(X, W_Q, W_K, W_V, W_O):
@@ -180,8 +180,8 @@ def hf_scaled(width):
         T = X.shape[1]
         Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
         d = {"d_v": W_V.shape[-1], "d_model": X.shape[-1], "d_model / h": X.shape[-1] // W_Q.shape[0]}[width]
-        S = (Q @ K.mT / math.sqrt(d)).masked_fill(future(T), float("-inf"))
-        return torch.einsum("bhtv,hvm->btm", torch.softmax(S, -1) @ V, W_O)
+        Z = (Q @ K.mT / math.sqrt(d)).masked_fill(future(T), float("-inf"))
+        return torch.einsum("bhtv,hvm->btm", torch.softmax(Z, -1) @ V, W_O)
     return fn
 
 
@@ -193,8 +193,8 @@ def hf_no_mask(X, W_Q, W_K, W_V, W_O):
 def hf_scores_transposed(X, W_Q, W_K, W_V, W_O):
     d_k, T = W_Q.shape[-1], X.shape[1]
     Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
-    S = torch.einsum("bhqd,bhkd->bhkq", Q, K) / math.sqrt(d_k)         # the output indices swapped
-    P = torch.softmax(S.masked_fill(future(T), float("-inf")), dim=-1)
+    Z = torch.einsum("bhqd,bhkd->bhkq", Q, K) / math.sqrt(d_k)         # the output indices swapped
+    P = torch.softmax(Z.masked_fill(future(T), float("-inf")), dim=-1)
     return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
 
 
@@ -264,10 +264,10 @@ def test_heads_first_names_a_weight_scaled_in_place():
 def test_heads_first_accepts_in_place_work_on_its_own_tensors():
     def masked_fill_in_place(X, W_Q, W_K, W_V, W_O):
         Q, K, V = (torch.einsum("btm,hmk->bhtk", X, W) for W in (W_Q, W_K, W_V))
-        S = Q @ K.mT
-        S /= math.sqrt(W_Q.shape[-1])
-        S.masked_fill_(future(X.shape[1]), float("-inf"))
-        return torch.einsum("bhtv,hvm->btm", S.softmax(-1) @ V, W_O)
+        Z = Q @ K.mT
+        Z /= math.sqrt(W_Q.shape[-1])
+        Z.masked_fill_(future(X.shape[1]), float("-inf"))
+        return torch.einsum("bhtv,hvm->btm", Z.softmax(-1) @ V, W_O)
 
     assert_accepted(check_heads_first(masked_fill_in_place))
 
@@ -335,8 +335,8 @@ def qkv_fixed(X, W_QKV, W_O, h):
     B, T, d_model = X.shape
     d = d_model // h
     q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(2, 0, 3, 1, 4)
-    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
     return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
 
 
@@ -349,8 +349,8 @@ def qkv_stale_permute(X, W_QKV, W_O, h):
     B, T, d_model = X.shape
     d = d_model // h
     q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(3, 0, 2, 1, 4)
-    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
     return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
 
 
@@ -358,8 +358,8 @@ def qkv_no_head_move(X, W_QKV, W_O, h):
     B, T, d_model = X.shape
     d = d_model // h
     q, k, v = (X @ W_QKV).view(B, T, 3, h, d).unbind(dim=2)
-    S = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = S.masked_fill(future(T), float("-inf")).softmax(dim=-1)
+    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
+    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
     return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
 
 

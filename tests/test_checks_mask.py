@@ -127,7 +127,7 @@ def test_a_mask_of_numbers_where_a_boolean_one_is_asked_is_named(fn, dtype):
 
 def test_a_mask_on_another_device_is_named_device():
     assert_named(check_packed_mask(lambda d: packed_solution(d).to("meta")), "device")
-    assert_named(check_chunk_weights(lambda S, start: chunk_solution(S, start).to("meta")), "device")
+    assert_named(check_chunk_weights(lambda Z, start: chunk_solution(Z, start).to("meta")), "device")
 
 
 def test_a_blocked_convention_mask_of_numbers_is_named_for_its_convention():
@@ -156,87 +156,87 @@ def test_the_packed_mask_works_with_sdpa():
         torch.testing.assert_close(out[lo:hi], alone)
 
 
-# ---- check_chunk_weights: fn(S, start) -> P (..., T_q, T_k) in the dtype of S ------------------------------------
+# ---- check_chunk_weights: fn(Z, start) -> P (..., T_q, T_k) in the dtype of Z ------------------------------------
 
-def future_of(S, start):
-    T_q, T_k = S.shape[-2:]
+def future_of(Z, start):
+    T_q, T_k = Z.shape[-2:]
     return torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + start)
 
 
-def chunk_solution(S, start):
-    T_q, T_k = S.shape[-2], S.shape[-1]
+def chunk_solution(Z, start):
+    T_q, T_k = Z.shape[-2], Z.shape[-1]
     pos_q = torch.arange(start, start + T_q)[:, None]
     pos_k = torch.arange(T_k)[None, :]
-    return torch.softmax(S.masked_fill(pos_k > pos_q, NEG_INF), dim=-1)
+    return torch.softmax(Z.masked_fill(pos_k > pos_q, NEG_INF), dim=-1)
 
 
-def chunk_solution_additive(S, start):   # an additive mask built in the scores' dtype
-    M = torch.zeros(S.shape[-2:], dtype=S.dtype).masked_fill(future_of(S, start), NEG_INF)
-    return torch.softmax(S + M, dim=-1)
+def chunk_solution_additive(Z, start):   # an additive mask built in the scores' dtype
+    M = torch.zeros(Z.shape[-2:], dtype=Z.dtype).masked_fill(future_of(Z, start), NEG_INF)
+    return torch.softmax(Z + M, dim=-1)
 
 
-def chunk_solution_finfo_min(S, start):  # no row is ever empty, so the dtype's smallest number is fine
-    return torch.softmax(S.masked_fill(future_of(S, start), torch.finfo(S.dtype).min), dim=-1)
+def chunk_solution_finfo_min(Z, start):  # no row is ever empty, so the dtype's smallest number is fine
+    return torch.softmax(Z.masked_fill(future_of(Z, start), torch.finfo(Z.dtype).min), dim=-1)
 
 
-def chunk_library_mask(S, start):        # causal_mask(T_q, T_k) places the queries at the last T_q positions
-    return torch.softmax(S + causal_mask(*S.shape[-2:], dtype=S.dtype), dim=-1)
+def chunk_library_mask(Z, start):        # causal_mask(T_q, T_k) places the queries at the last T_q positions
+    return torch.softmax(Z + causal_mask(*Z.shape[-2:], dtype=Z.dtype), dim=-1)
 
 
-def chunk_rows_are_positions(S, start):
-    return torch.softmax(S.masked_fill(future_of(S, 0), NEG_INF), dim=-1)
+def chunk_rows_are_positions(Z, start):
+    return torch.softmax(Z.masked_fill(future_of(Z, 0), NEG_INF), dim=-1)
 
 
-def chunk_self_blocked(S, start):
-    return torch.softmax(S.masked_fill(future_of(S, start - 1), NEG_INF), dim=-1)
+def chunk_self_blocked(Z, start):
+    return torch.softmax(Z.masked_fill(future_of(Z, start - 1), NEG_INF), dim=-1)
 
 
-def chunk_reads_next(S, start):
-    return torch.softmax(S.masked_fill(future_of(S, start + 1), NEG_INF), dim=-1)
+def chunk_reads_next(Z, start):
+    return torch.softmax(Z.masked_fill(future_of(Z, start + 1), NEG_INF), dim=-1)
 
 
-def chunk_no_mask(S, start):
-    return torch.softmax(S, dim=-1)
+def chunk_no_mask(Z, start):
+    return torch.softmax(Z, dim=-1)
 
 
-def chunk_after_softmax(S, start):
-    return torch.softmax(S, dim=-1).masked_fill(future_of(S, start), 0.0)
+def chunk_after_softmax(Z, start):
+    return torch.softmax(Z, dim=-1).masked_fill(future_of(Z, start), 0.0)
 
 
-def chunk_wrong_axis(S, start):
-    return torch.softmax(S.masked_fill(future_of(S, start), NEG_INF), dim=-2)
+def chunk_wrong_axis(Z, start):
+    return torch.softmax(Z.masked_fill(future_of(Z, start), NEG_INF), dim=-2)
 
 
-def chunk_wrong_triangle(S, start):
-    T_q, T_k = S.shape[-2:]
+def chunk_wrong_triangle(Z, start):
+    T_q, T_k = Z.shape[-2:]
     past = torch.arange(T_k)[None, :] < torch.arange(start, start + T_q)[:, None]
-    return torch.softmax(S.masked_fill(past, NEG_INF), dim=-1)
+    return torch.softmax(Z.masked_fill(past, NEG_INF), dim=-1)
 
 
-def chunk_multiplied(S, start):
-    return torch.softmax(S * ~future_of(S, start), dim=-1)
+def chunk_multiplied(Z, start):
+    return torch.softmax(Z * ~future_of(Z, start), dim=-1)
 
 
-def chunk_float32_mask(S, start):        # a float32 mask added to float16 scores gives float32 weights
-    M = torch.zeros(S.shape[-2:]).masked_fill(future_of(S, start), NEG_INF)
-    return torch.softmax(S + M, dim=-1)
+def chunk_float32_mask(Z, start):        # a float32 mask added to float16 scores gives float32 weights
+    M = torch.zeros(Z.shape[-2:]).masked_fill(future_of(Z, start), NEG_INF)
+    return torch.softmax(Z + M, dim=-1)
 
 
-def chunk_computed_in_float32(S, start):
-    return chunk_solution(S.float(), start)
+def chunk_computed_in_float32(Z, start):
+    return chunk_solution(Z.float(), start)
 
 
-def chunk_fill_minus_1e9(S, start):      # refused by masked_fill on float16 scores
-    return torch.softmax(S.masked_fill(future_of(S, start), -1e9), dim=-1)
+def chunk_fill_minus_1e9(Z, start):      # refused by masked_fill on float16 scores
+    return torch.softmax(Z.masked_fill(future_of(Z, start), -1e9), dim=-1)
 
 
-def chunk_adds_in_place(S, start):
-    S += torch.zeros(S.shape[-2:], dtype=S.dtype).masked_fill(future_of(S, start), NEG_INF)
-    return torch.softmax(S, dim=-1)
+def chunk_adds_in_place(Z, start):
+    Z += torch.zeros(Z.shape[-2:], dtype=Z.dtype).masked_fill(future_of(Z, start), NEG_INF)
+    return torch.softmax(Z, dim=-1)
 
 
-def chunk_fills_in_place(S, start):
-    return torch.softmax(S.masked_fill_(future_of(S, start), NEG_INF), dim=-1)
+def chunk_fills_in_place(Z, start):
+    return torch.softmax(Z.masked_fill_(future_of(Z, start), NEG_INF), dim=-1)
 
 
 @pytest.mark.parametrize("fn", [chunk_solution, chunk_solution_additive, chunk_solution_finfo_min])
@@ -268,18 +268,18 @@ def test_float16_scores_that_come_back_as_float32_weights_are_named(fn):
 
 @pytest.mark.parametrize("fn", [chunk_adds_in_place, chunk_fills_in_place])
 def test_weights_that_write_into_the_scores_are_named_in_place(fn):
-    assert_named(check_chunk_weights(fn), "in-place", "S")
+    assert_named(check_chunk_weights(fn), "in-place", "Z")
 
 
 def test_the_chunk_cases_hold_a_middle_the_last_and_the_first_chunk_and_float16():
     cases = mask._chunk_cases() + mask._chunk_half_cases()
-    kinds = {("first" if start == 0 else "last" if start + S.shape[-2] == S.shape[-1] else "middle")
-             for S, start in cases}
+    kinds = {("first" if start == 0 else "last" if start + Z.shape[-2] == Z.shape[-1] else "middle")
+             for Z, start in cases}
     assert kinds == {"first", "middle", "last"}
-    assert all(start + S.shape[-2] <= S.shape[-1] for S, start in cases)
-    assert any(S.dtype == torch.float16 and S.dim() == 4 for S, _ in cases)
-    for S, start in cases:
-        assert mask._chunk_reference(S, start).dtype == S.dtype
+    assert all(start + Z.shape[-2] <= Z.shape[-1] for Z, start in cases)
+    assert any(Z.dtype == torch.float16 and Z.dim() == 4 for Z, _ in cases)
+    for Z, start in cases:
+        assert mask._chunk_reference(Z, start).dtype == Z.dtype
 
 
 def test_the_chunk_reference_is_the_rows_of_full_causal_attention():
@@ -290,80 +290,80 @@ def test_the_chunk_reference_is_the_rows_of_full_causal_attention():
     torch.testing.assert_close(mask._chunk_reference(full[2:5], 2), P[2:5])
 
 
-# ---- check_padded_causal_weights: fn(S, is_pad) -> P (B, T, T) in the dtype of S ----------------------------------
+# ---- check_padded_causal_weights: fn(Z, is_pad) -> P (B, T, T) in the dtype of Z ----------------------------------
 
-def allowed_of(S, is_pad):
-    return lower(S.shape[-1]) & ~is_pad[:, None, :]
+def allowed_of(Z, is_pad):
+    return lower(Z.shape[-1]) & ~is_pad[:, None, :]
 
 
-def padded_solution(S, is_pad):
-    allowed = allowed_of(S, is_pad)
-    P = torch.softmax(S.masked_fill(~allowed, NEG_INF), dim=-1)
+def padded_solution(Z, is_pad):
+    allowed = allowed_of(Z, is_pad)
+    P = torch.softmax(Z.masked_fill(~allowed, NEG_INF), dim=-1)
     return P.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
 
-def padded_solution_nan_to_num(S, is_pad):
-    return torch.softmax(S.masked_fill(~allowed_of(S, is_pad), NEG_INF), dim=-1).nan_to_num(0.0)
+def padded_solution_nan_to_num(Z, is_pad):
+    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), NEG_INF), dim=-1).nan_to_num(0.0)
 
 
-def padded_solution_sdpa_style(S, is_pad):  # additive masks in the scores' dtype, then empty rows zeroed
-    T = S.shape[-1]
-    M = torch.zeros(T, T, dtype=S.dtype).masked_fill(~lower(T), NEG_INF)
-    pad = torch.zeros(is_pad.shape, dtype=S.dtype).masked_fill(is_pad, NEG_INF)[:, None, :]
-    P = torch.softmax(S + M + pad, dim=-1)
+def padded_solution_sdpa_style(Z, is_pad):  # additive masks in the scores' dtype, then empty rows zeroed
+    T = Z.shape[-1]
+    M = torch.zeros(T, T, dtype=Z.dtype).masked_fill(~lower(T), NEG_INF)
+    pad = torch.zeros(is_pad.shape, dtype=Z.dtype).masked_fill(is_pad, NEG_INF)[:, None, :]
+    P = torch.softmax(Z + M + pad, dim=-1)
     return torch.where(P.isnan(), torch.zeros_like(P), P)
 
 
-def padded_float32_masks(S, is_pad):        # the same with float32 masks: float16 scores give float32 weights
-    T = S.shape[-1]
+def padded_float32_masks(Z, is_pad):        # the same with float32 masks: float16 scores give float32 weights
+    T = Z.shape[-1]
     M = torch.zeros(T, T).masked_fill(~lower(T), NEG_INF)
     pad = torch.zeros(is_pad.shape).masked_fill(is_pad, NEG_INF)[:, None, :]
-    return torch.softmax(S + M + pad, dim=-1).nan_to_num(0.0)
+    return torch.softmax(Z + M + pad, dim=-1).nan_to_num(0.0)
 
 
-def padded_nan_rows(S, is_pad):
-    return torch.softmax(S.masked_fill(~allowed_of(S, is_pad), NEG_INF), dim=-1)
+def padded_nan_rows(Z, is_pad):
+    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), NEG_INF), dim=-1)
 
 
-def padded_uniform_rows(S, is_pad):
-    return torch.softmax(S.masked_fill(~allowed_of(S, is_pad), torch.finfo(S.dtype).min), dim=-1)
+def padded_uniform_rows(Z, is_pad):
+    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), torch.finfo(Z.dtype).min), dim=-1)
 
 
-def padded_queries(S, is_pad):
-    allowed = lower(S.shape[-1]) & ~is_pad[:, :, None]
-    return torch.softmax(S.masked_fill(~allowed, NEG_INF), dim=-1).nan_to_num(0.0)
+def padded_queries(Z, is_pad):
+    allowed = lower(Z.shape[-1]) & ~is_pad[:, :, None]
+    return torch.softmax(Z.masked_fill(~allowed, NEG_INF), dim=-1).nan_to_num(0.0)
 
 
-def padded_causal_only(S, is_pad):
-    return torch.softmax(S.masked_fill(~lower(S.shape[-1]), NEG_INF), dim=-1)
+def padded_causal_only(Z, is_pad):
+    return torch.softmax(Z.masked_fill(~lower(Z.shape[-1]), NEG_INF), dim=-1)
 
 
-def padded_padding_only(S, is_pad):
-    P = torch.softmax(S.masked_fill(is_pad[:, None, :], NEG_INF), dim=-1)
+def padded_padding_only(Z, is_pad):
+    P = torch.softmax(Z.masked_fill(is_pad[:, None, :], NEG_INF), dim=-1)
     return P.nan_to_num(0.0)
 
 
-def padded_inverted(S, is_pad):
-    return padded_solution(S, ~is_pad)
+def padded_inverted(Z, is_pad):
+    return padded_solution(Z, ~is_pad)
 
 
-def padded_inverted_nan(S, is_pad):
-    return padded_nan_rows(S, ~is_pad)
+def padded_inverted_nan(Z, is_pad):
+    return padded_nan_rows(Z, ~is_pad)
 
 
-def padded_zeroed_after(S, is_pad):
-    P = torch.softmax(S.masked_fill(~lower(S.shape[-1]), NEG_INF), dim=-1)
+def padded_zeroed_after(Z, is_pad):
+    P = torch.softmax(Z.masked_fill(~lower(Z.shape[-1]), NEG_INF), dim=-1)
     return P.masked_fill(is_pad[:, None, :], 0.0)
 
 
-def padded_fill_in_place(S, is_pad):
-    S.masked_fill_(~allowed_of(S, is_pad), NEG_INF)
-    return torch.softmax(S, dim=-1).nan_to_num(0.0)
+def padded_fill_in_place(Z, is_pad):
+    Z.masked_fill_(~allowed_of(Z, is_pad), NEG_INF)
+    return torch.softmax(Z, dim=-1).nan_to_num(0.0)
 
 
-def padded_fill_minus_1e9(S, is_pad):
-    P = torch.softmax(S.masked_fill(~allowed_of(S, is_pad), -1e9), dim=-1)
-    return P.masked_fill(~allowed_of(S, is_pad).any(-1, keepdim=True), 0.0)
+def padded_fill_minus_1e9(Z, is_pad):
+    P = torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), -1e9), dim=-1)
+    return P.masked_fill(~allowed_of(Z, is_pad).any(-1, keepdim=True), 0.0)
 
 
 @pytest.mark.parametrize("fn", [padded_solution, padded_solution_nan_to_num, padded_solution_sdpa_style])
@@ -392,17 +392,17 @@ def test_padded_weights_from_float32_masks_on_float16_scores_are_named_upcast():
 
 
 def test_padded_weights_that_fill_the_scores_in_place_are_named():
-    assert_named(check_padded_causal_weights(padded_fill_in_place), "in-place", "S")
+    assert_named(check_padded_causal_weights(padded_fill_in_place), "in-place", "Z")
 
 
 def test_the_padding_cases_include_a_query_with_nothing_to_read_and_float16():
-    for S, is_pad in mask._padded_cases()[:1] + mask._padded_half_cases():
-        empty = ~allowed_of(S, is_pad).any(-1)
+    for Z, is_pad in mask._padded_cases()[:1] + mask._padded_half_cases():
+        empty = ~allowed_of(Z, is_pad).any(-1)
         assert empty.any(), "no left-padded sequence: the NaN-row mistake would pass"
-    S, is_pad = mask._padded_cases()[0]
+    Z, is_pad = mask._padded_cases()[0]
     assert (~is_pad).all(-1).any(), "no unpadded sequence in the batch"
-    for S, is_pad in mask._padded_cases() + mask._padded_half_cases():
-        assert mask._padded_reference(S, is_pad).dtype == S.dtype
+    for Z, is_pad in mask._padded_cases() + mask._padded_half_cases():
+        assert mask._padded_reference(Z, is_pad).dtype == Z.dtype
 
 
 # ---- every checker of the chapter ---------------------------------------------------------------------------------
@@ -442,8 +442,8 @@ def test_each_planted_function_with_no_switch_is_the_answer():
 
 
 def test_a_mistake_that_matches_some_cases_only_is_not_blamed():
-    def library_mask_on_float32_only(S, start):   # right on the float16 case, "last-chunk" elsewhere
-        return chunk_solution(S, start) if S.dtype == torch.float16 else chunk_library_mask(S, start)
+    def library_mask_on_float32_only(Z, start):   # right on the float16 case, "last-chunk" elsewhere
+        return chunk_solution(Z, start) if Z.dtype == torch.float16 else chunk_library_mask(Z, start)
 
     assert_named(check_chunk_weights(library_mask_on_float32_only), "values")
 

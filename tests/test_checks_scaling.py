@@ -14,7 +14,7 @@ from attnlib.checks import scaling as S
 from attnlib.checks._core import MORE
 from conftest import assert_accepted, assert_mistakes_distinct, assert_named, hint_leak, stub
 
-# ---- S / √d_k from Q and K in the sequence-first layout: (T_q, B, d_k), (T_k, B, d_k) → (B, T_q, T_k) -----------
+# ---- Z = S / √d_k from Q and K in the sequence-first layout: (T_q, B, d_k), (T_k, B, d_k) → (B, T_q, T_k) -------
 
 def scores_einsum(Q, K):
     return torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(Q.shape[-1])

@@ -194,10 +194,10 @@ def batch_first(*xs):
 def head(Q, K, V, scale=None, mask=True, dim=-1, mixed=None, mask_after=False):
     """Batch-first attention with optional slips: Q, K (B, T, d_k), V (B, T, d_v)."""
     T, d_k = Q.shape[-2], Q.shape[-1]
-    S = Q @ K.transpose(-2, -1) / (math.sqrt(d_k) if scale is None else scale)
+    Z = Q @ K.transpose(-2, -1) / (math.sqrt(d_k) if scale is None else scale)
     if mask and not mask_after:
-        S = S.masked_fill(future(T), float("-inf"))
-    P = torch.softmax(S, dim=dim)
+        Z = Z.masked_fill(future(T), float("-inf"))
+    P = torch.softmax(Z, dim=dim)
     if mask_after:
         P = P.masked_fill(future(T), 0.0)
     return P @ (V if mixed is None else mixed)
@@ -211,14 +211,14 @@ def seq_first_solution(Q, K, V):
 def seq_first_additive(Q, K, V):     # the book's solution: an additive mask in the scores' dtype
     Q, K, V = batch_first(Q, K, V)
     T, d_k = Q.shape[-2], Q.shape[-1]
-    S = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
-    return (torch.softmax(S + chapter.causal_mask(T, dtype=S.dtype), dim=-1) @ V).transpose(0, 1)
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
+    return (torch.softmax(Z + chapter.causal_mask(T, dtype=Z.dtype), dim=-1) @ V).transpose(0, 1)
 
 
 def seq_first_einsum(Q, K, V):
     T, d_k = Q.shape[0], Q.shape[-1]
-    S = torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(d_k)
-    P = torch.softmax(S.masked_fill(future(T), float("-inf")), dim=-1)
+    Z = torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(d_k)
+    P = torch.softmax(Z.masked_fill(future(T), float("-inf")), dim=-1)
     return torch.einsum("bij,jbd->ibd", P, V)
 
 
@@ -233,15 +233,15 @@ def seq_first_permute(Q, K, V):
 
 def seq_first_page_copy(Q, K, V):      # the page's batch-first cell, pasted: the batch taken for the positions
     T = Q.shape[-2]
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    M = torch.full((T, T), float("-inf")).triu(1).to(S.dtype)
-    return torch.softmax(S + M, dim=-1) @ V
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    M = torch.full((T, T), float("-inf")).triu(1).to(Z.dtype)
+    return torch.softmax(Z + M, dim=-1) @ V
 
 
 def seq_first_positions_mask_only(Q, K, V):   # the positions counted right for the mask only: fails when T ≠ B
     T = Q.shape[0]
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    return torch.softmax(S + chapter.causal_mask(T, dtype=S.dtype), dim=-1) @ V
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    return torch.softmax(Z + chapter.causal_mask(T, dtype=Z.dtype), dim=-1) @ V
 
 
 def seq_first_not_restored(Q, K, V):
@@ -282,16 +282,16 @@ def seq_first_wrong_axis(Q, K, V):
 def seq_first_float32_mask(Q, K, V):   # the page's mask, built in the default dtype: float16 + float32 = float32
     Q, K, V = batch_first(Q, K, V)
     T = Q.shape[-2]
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
     M = torch.full((T, T), float("-inf")).triu(1)
-    return (torch.softmax(S + M, dim=-1) @ V).transpose(0, 1)
+    return (torch.softmax(Z + M, dim=-1) @ V).transpose(0, 1)
 
 
 def seq_first_scales_Q_in_place(Q, K, V):
     Qb, Kb, Vb = batch_first(Q, K, V)    # views: writing into Qb writes into Q
     Qb /= math.sqrt(Q.shape[-1])
-    S = Qb @ Kb.transpose(-2, -1)
-    return (torch.softmax(S.masked_fill(future(Q.shape[0]), float("-inf")), dim=-1) @ Vb).transpose(0, 1)
+    Z = Qb @ Kb.transpose(-2, -1)
+    return (torch.softmax(Z.masked_fill(future(Q.shape[0]), float("-inf")), dim=-1) @ Vb).transpose(0, 1)
 
 
 @pytest.mark.parametrize("fn", [seq_first_solution, seq_first_additive, seq_first_einsum, seq_first_sdpa,
@@ -462,52 +462,52 @@ def test_the_jacobian_reference_is_autograd_in_the_dtype_of_z_and_vanishes_on_a_
 # ---- check_fixed_head: the einsum head of "find the bug", repaired --------------------------------------
 
 def einsum_head_as_given(Q, K, V):
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
     return torch.einsum("bij,bid->bjd", P, V)
 
 
 def einsum_head_fixed(Q, K, V):
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
     return torch.einsum("bij,bjd->bid", P, V)
 
 
 def einsum_head_P_transposed(Q, K, V):      # the last line kept, P transposed: a right fix too
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
     return torch.einsum("bij,bid->bjd", P.transpose(-2, -1), V)
 
 
 def einsum_head_mask_transposed(Q, K, V):   # the mask moved to the other triangle, the last line kept
     T = Q.shape[-2]
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S + chapter.causal_mask(T).T, dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z + chapter.causal_mask(T).T, dim=-1)
     return torch.einsum("bij,bid->bjd", P, V)
 
 
 def einsum_head_mask_tril(Q, K, V):         # the same, written with tril
     T = Q.shape[-2]
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-1), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(torch.ones(T, T, dtype=torch.bool).tril(-1), float("-inf")), dim=-1)
     return torch.einsum("bij,bid->bjd", P, V)
 
 
 def einsum_head_scores_transposed(Q, K, V):
-    S = torch.einsum("bid,bjd->bji", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bji", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
     return torch.einsum("bij,bid->bjd", P, V)
 
 
 def einsum_head_softmax_dim0(Q, K, V):
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-2)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-2)
     return torch.einsum("bij,bid->bjd", P, V)
 
 
 def einsum_head_column_sum(Q, K, V):
-    S = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(future(S.shape[-1]), float("-inf")), dim=-1)
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
     return torch.einsum("bij,bjd->bjd", P, V)
 
 

@@ -156,10 +156,10 @@ def merge_through_numpy(a, b):
 def test_merge_solution_is_accepted_and_equals_one_pass_over_all_keys():
     assert_accepted(check_merge_states(merge_ok))
     g = torch.Generator().manual_seed(0)
-    S, V = 3.0 * torch.randn(2, 4, 9, generator=g, dtype=torch.float64), torch.randn(9, 3, generator=g,
+    Z, V = 3.0 * torch.randn(2, 4, 9, generator=g, dtype=torch.float64), torch.randn(9, 3, generator=g,
                                                                                    dtype=torch.float64)
-    one_pass = online_softmax_step(S.new_full((2, 4), -INF), S.new_zeros(2, 4), S)
-    merged = merge_ok(M._state(S[..., :5], V[:5]), M._state(S[..., 5:], V[5:]))
+    one_pass = online_softmax_step(Z.new_full((2, 4), -INF), Z.new_zeros(2, 4), Z)
+    merged = merge_ok(M._state(Z[..., :5], V[:5]), M._state(Z[..., 5:], V[5:]))
     torch.testing.assert_close(merged, (one_pass[0], one_pass[1], one_pass[3] @ V))
 
 
@@ -274,10 +274,10 @@ def _q_outer(Q, K, V, b_q, b_k, update):
         l, O = torch.zeros_like(m), torch.zeros(*m.shape, V.shape[-1], dtype=Q.dtype)
         for k0 in range(0, int(pos[-1]) + 1, b_k):
             k1 = min(k0 + b_k, T_k)
-            S = (Q[..., q0:q1, :] @ K[..., k0:k1, :].mT) / math.sqrt(Q.shape[-1])
-            S = torch.where(torch.arange(k0, k1)[None, :] <= pos[:, None], S, -INF)
-            m_new = torch.maximum(m, S.amax(-1))
-            P = (S - m_new[..., None]).exp()
+            Z = (Q[..., q0:q1, :] @ K[..., k0:k1, :].mT) / math.sqrt(Q.shape[-1])
+            Z = torch.where(torch.arange(k0, k1)[None, :] <= pos[:, None], Z, -INF)
+            m_new = torch.maximum(m, Z.amax(-1))
+            P = (Z - m_new[..., None]).exp()
             alpha = (m - m_new).exp()
             m, l, O = m_new, *update(l, O, alpha, P, P @ V[..., k0:k1, :])
         outs.append(O / l[..., None])
@@ -301,12 +301,12 @@ def fixed_by_cloning(Q, K, V, block_q, block_k):
             rows = slice(q0, q0 + block_q)
             if keys[0] > pos[rows][-1]:
                 continue
-            S = torch.einsum("...qd,...kd->...qk", Q[..., rows, :], K[..., keys, :]) / math.sqrt(Q.shape[-1])
-            S = S.masked_fill(keys > pos[rows, None], -INF)
+            Z = torch.einsum("...qd,...kd->...qk", Q[..., rows, :], K[..., keys, :]) / math.sqrt(Q.shape[-1])
+            Z = Z.masked_fill(keys > pos[rows, None], -INF)
             m_old = m[..., rows].clone()
-            m[..., rows] = torch.maximum(m_old, S.amax(-1))
+            m[..., rows] = torch.maximum(m_old, Z.amax(-1))
             r = torch.exp(m_old - m[..., rows])
-            P = torch.exp(S - m[..., rows, None])
+            P = torch.exp(Z - m[..., rows, None])
             l[..., rows] = r * l[..., rows] + P.sum(-1)
             O[..., rows, :] = r[..., None] * O[..., rows, :] + torch.einsum("...qk,...kd->...qd", P, V[..., keys, :])
     return O / l[..., None]

@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from attnlib import GPT, Block, MultiHeadAttention, attention, softmax
+from attnlib import GPT, Block, FusedProjections, MultiHeadAttention, Projections, attention, softmax
 from attnlib.costs import (
     activation_elements,
     attention_flops,
@@ -218,6 +218,20 @@ def test_count_ops_counts_every_operator_call():
     q = torch.randn(1, 1, 256, 64)   # large enough for torch's fused CPU kernel: one operator
     assert count_ops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)) == 1
     assert count_ops(lambda: attention(q, q, q)) > 10       # the book's step-by-step path
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_count_ops_with_a_match_counts_only_those_operators(bias):
+    """Chapter 2 counts the matrix products of three projections against one fused projection."""
+    x = torch.randn(2, 6, 16)
+    three = Projections(16, 8, bias=bias)
+    fused = FusedProjections.from_separate(three)
+    assert count_ops(lambda: three(x), match="mm") == 3
+    assert count_ops(lambda: fused(x), match=("mm",)) == 1
+    assert count_ops(lambda: fused(x), match="mm") < count_ops(lambda: fused(x))
+    assert count_ops(lambda: x + 1, match="mm") == 0
+    with pytest.raises(TypeError, match="match"):
+        count_ops(lambda: None, match=5)
 
 
 @pytest.mark.parametrize("bias", [True, False])

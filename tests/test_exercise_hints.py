@@ -153,3 +153,15 @@ def test_every_mistake_of_an_exercise_has_a_second_hint_level(e):
     own = [m for m in getattr(checks, e.checker).mistakes if m not in _core._GENERAL]
     flat = [m.label for m in own if not m.more or m.more == m.hint]
     assert own and not flat, flat
+
+
+def test_a_wrong_prediction_is_told_its_side_or_its_unit_never_the_method():
+    """A typical wrong guess is answered with too high or too low and the part of the count that is off (or, for
+    a number in the wrong unit, what the question asks for), at the first level."""
+    from attnlib.checks._core import Guess
+
+    for name in checks.__all__:
+        check = getattr(checks, name)
+        for g in (m for m in getattr(check, "mistakes", ()) if isinstance(m, Guess)):
+            assert re.search(r"too (high|low)|asks for", g.hint), (name, g.label, g.hint)
+            assert check(g.value).mistake == g.label, (name, g.label)

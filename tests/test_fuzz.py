@@ -351,7 +351,7 @@ def entry_scale(data):
 
 def entry_softmax(data):
     dim = data.draw(st.sampled_from([-1, 0, 1, -2]), label="dim")
-    return Entry("softmax", lambda S: softmax(S, dim), {"S": Arg("T_q T_k", any_rank=True)}, _dims(data, "T_q", "T_k"))
+    return Entry("softmax", lambda Z: softmax(Z, dim), {"Z": Arg("T_q T_k", any_rank=True)}, _dims(data, "T_q", "T_k"))
 
 
 def entry_attention_weights(data):

@@ -231,3 +231,104 @@ def test_code_the_page_shows_fits_its_block(nb):
             for i, c in enumerate(nb.cells) if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", [])
             for line in c.source.splitlines() if len(line) > CODE_WIDTH]
     assert not long, f"lines wider than {CODE_WIDTH} characters: {long[:6]}"
+
+
+# --- one notation: every chapter's summary table agrees with notation.md --------------------------------------------
+
+def _table_rows(markdown: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first Markdown table whose header row starts with ``header``."""
+    lines = markdown.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(header):
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append([c.strip() for c in row.strip().strip("|").split("|")])
+            return rows
+    return []
+
+
+def notation() -> dict[str, tuple[str, str]]:
+    """``plain name -> (shape, meaning)`` from notation.md's table."""
+    rows = _table_rows((BOOK / "notation.md").read_text(encoding="utf-8"), "| symbol | plain |")
+    return {name: (row[3], row[4]) for row in rows for name in row[1].split(", ")}
+
+
+def _loose(shape: str) -> str:
+    """A shape with what may be left out or spelled out: the batch and head axes (h or h_kv), T_q and T_k for T,
+    h·d_k for d_k (all heads side by side), and d_head for d_k or d_v (the widths of one head)."""
+    for axis in ("B, ", "h_kv, ", "h, "):
+        shape = shape.replace(axis, "")
+    shape = shape.replace("T_q", "T").replace("T_k", "T").replace(" ", "")
+    return shape.replace("h_kv·", "").replace("h·", "")   # all heads side by side: h·d_k columns
+
+
+def _same_shape(given: str, noted: str) -> bool:
+    given, noted = _loose(given), _loose(noted)
+    return given == noted or given == noted.replace("d_k", "d_head").replace("d_v", "d_head")
+
+
+def summary_rows(path) -> list[tuple[str, str, str]]:
+    """(symbol, meaning, shape) of each row of the notebook's summary table."""
+    nb = nbformat.read(path, as_version=4)
+    summary = next((c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Summary")),
+                   "")
+    return [tuple(row[:3]) for row in _table_rows(summary, "| symbol | meaning | shape |") if len(row) >= 3]
+
+
+SUMMARIES = [p for p in NOTEBOOKS if summary_rows(p)]
+
+
+def test_notation_lists_each_plain_name_once_with_a_shape():
+    names = [n for row in _table_rows((BOOK / "notation.md").read_text(encoding="utf-8"), "| symbol | plain |")
+             for n in row[1].split(", ")]
+    assert len(names) == len(set(names)) > 30, names
+    assert {"S", "Z", "T_q", "T_k", "N_q", "N_k"} <= set(names)
+    assert all(re.fullmatch(r"—|\([^()]+\)", shape) for shape, _ in notation().values())
+
+
+@pytest.mark.parametrize("path", SUMMARIES, ids=[p.name for p in SUMMARIES])
+def test_summary_table_uses_the_notation(path):
+    """Each symbol of notation.md that a summary table lists has notation.md's shape (batch and head axes may be
+    left out, T may be T_q or T_k); S is never the scaled table."""
+    known, wrong = notation(), []
+    for symbol, meaning, shape in summary_rows(path):
+        groups = symbol.split(" = ")[0].split(" / ")
+        shapes = shape.split(" = ")[0].split(" / ")
+        for group, group_shape in zip(groups, shapes if len(shapes) == len(groups) else [shapes[0]] * len(groups)):
+            for name in group.split(", "):
+                if name in known and known[name][0] != "—" and not _same_shape(group_shape, known[name][0]):
+                    wrong.append(f"{name}: {group_shape!r}, notation.md says {known[name][0]!r}")
+        if symbol.split(" = ")[0] == "S" and "scaled" in meaning:
+            wrong.append(f"S is the raw score table, the scaled one is Z: {meaning!r}")
+    assert not wrong, wrong
+
+
+def test_the_notation_check_finds_a_wrong_shape_and_a_scaled_S(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "## Summary\n\n| symbol | meaning | shape |\n|---|---|---|\n| X₀ | input | T × d_model |\n"
+        "| W_O | output projection | (d_model, d_model) |\n| S | scaled scores | (B, T, T) |\n"
+        "| Q, K | queries, keys | (B, T, d_k) = (1, 6, 8) |\n")])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(AssertionError) as e:
+        test_summary_table_uses_the_notation(path)
+    assert all(s in str(e.value) for s in ("X₀", "W_O", "raw score")) and "Q:" not in str(e.value)
+
+
+# --- every plot carries alt text that says what it shows, set in the notebook for myst-nb ------------------------
+
+def _plots(nb):
+    return [c for c in code_cells(nb) if any("image/png" in o.get("data", {}) for o in c.outputs)]
+
+
+def test_every_plot_has_alt_text_in_its_cells_metadata(nb):
+    """myst-nb reads a cell's ``mystnb: image: alt`` for the image outputs of that cell; without it the rendered
+    book's ``alt`` is the file's path, which a screen reader reads out as a hash."""
+    missing = []
+    for c in _plots(nb):
+        alt = c.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+        if len(alt.split()) < 6 or re.search(r"\.(png|svg)\b|_images/", alt):
+            missing.append(c.source.splitlines()[0][:60])
+    assert not missing, f"plots without alt text that says what they show: {missing}"

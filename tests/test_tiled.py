@@ -17,10 +17,13 @@ from attnlib.tiled import (
     DIAGONAL,
     FULL,
     SKIPPED,
+    TiledAttention,
     online_softmax,
     online_softmax_step,
+    recomputing_tiled_attention,
     tile_plan,
     tiled_attention,
+    tiled_attention_backward,
 )
 
 FAST = settings(max_examples=30, deadline=None, derandomize=True)
@@ -51,26 +54,26 @@ def brute_plan(T_q, T_k, b_q, b_k, causal=True):
 
 # ---------------------------------------------------------------------------------------- online softmax
 def test_online_softmax_of_the_worked_example_is_softmax():
-    s = torch.tensor([5.2, 0.3, 2.1], dtype=torch.float64)
+    z = torch.tensor([5.2, 0.3, 2.1], dtype=torch.float64)
     for block in (1, 2, 3, 5):
-        assert (online_softmax(s, block) - torch.softmax(s, -1)).abs().max() <= 1e-15
+        assert (online_softmax(z, block) - torch.softmax(z, -1)).abs().max() <= 1e-15
 
 
 def test_one_step_rescales_the_old_sum_when_the_max_grows():
     m, l = torch.tensor([0.3], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
-    S_blk = torch.tensor([[2.1, 5.2]], dtype=torch.float64)
-    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, S_blk)
+    Z_blk = torch.tensor([[2.1, 5.2]], dtype=torch.float64)
+    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, Z_blk)
     assert m_new.item() == 5.2
     assert rescale.item() == pytest.approx(math.exp(0.3 - 5.2), rel=1e-15)
     assert l_new.item() == pytest.approx(math.exp(0.3 - 5.2) + math.exp(2.1 - 5.2) + 1.0, rel=1e-15)
-    assert torch.equal(P_blk, torch.exp(S_blk - 5.2))
+    assert torch.equal(P_blk, torch.exp(Z_blk - 5.2))
 
 
 @FAST
 @given(n=st.integers(1, 20), block=st.integers(1, 25), seed=st.integers(0, 10**6), spread=st.sampled_from([1, 30, 800]))
 def test_online_softmax_equals_softmax_for_any_block(n, block, seed, spread):
-    S = spread * torch.randn(3, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    torch.testing.assert_close(online_softmax(S, block), torch.softmax(S, -1), rtol=1e-12, atol=1e-14)
+    Z = spread * torch.randn(3, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    torch.testing.assert_close(online_softmax(Z, block), torch.softmax(Z, -1), rtol=1e-12, atol=1e-14)
 
 
 # ----------------------------------------------------------------------------------------- agreement
@@ -209,13 +212,13 @@ def test_bad_tensors():
 
 
 def test_bad_running_statistics():
-    S_blk = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"m must hold one number per row of S_blk, shape \(3,\).*got \(4,\)"):
-        online_softmax_step(torch.zeros(4), torch.zeros(3), S_blk)
-    with pytest.raises(TypeError, match="S_blk has dtype torch.float32 but l has dtype torch.float64"):
-        online_softmax_step(torch.zeros(3), torch.zeros(3, dtype=torch.float64), S_blk)
+    Z_blk = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"m must hold one number per row of Z_blk, shape \(3,\).*got \(4,\)"):
+        online_softmax_step(torch.zeros(4), torch.zeros(3), Z_blk)
+    with pytest.raises(TypeError, match="Z_blk has dtype torch.float32 but l has dtype torch.float64"):
+        online_softmax_step(torch.zeros(3), torch.zeros(3, dtype=torch.float64), Z_blk)
     with pytest.raises(ValueError, match="block must be a positive integer, got 0"):
-        online_softmax(S_blk, 0)
+        online_softmax(Z_blk, 0)
 
 
 def test_gradients_flow_through_the_tiles_as_through_the_plain_path():
@@ -227,6 +230,75 @@ def test_gradients_flow_through_the_tiles_as_through_the_plain_path():
     attention(Q, K, V).square().sum().backward()
     for got, want in zip(tiled_grads, (Q.grad, K.grad, V.grad)):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------- the backward pass
+def grads(fn, Q, K, V, dO):
+    Q, K, V = (t.detach().requires_grad_() for t in (Q, K, V))
+    out = fn(Q, K, V)
+    return (out, *torch.autograd.grad(out, (Q, K, V), dO))
+
+
+@pytest.mark.parametrize("batch, T_q, T_k, b_q, b_k", SHAPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_recomputing_backward_equals_autograd_through_the_plain_path(batch, T_q, T_k, b_q, b_k, causal):
+    Q, K, V = qkv(*batch, T_q=T_q, T_k=T_k, seed=7)
+    dO = torch.randn(*batch, T_q, V.shape[-1], generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    got = grads(lambda q, k, v: recomputing_tiled_attention(q, k, v, causal=causal, block_q=b_q, block_k=b_k),
+                Q, K, V, dO)
+    want = grads(lambda q, k, v: attention(q, k, v, causal=causal), Q, K, V, dO)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and (g - w).abs().max() <= 1e-12
+
+
+def test_the_row_statistics_give_back_the_weights_and_the_backward_takes_them():
+    Q, K, V = qkv(2, T_q=9, T_k=11, seed=2)
+    out, m, l = tiled_attention(Q, K, V, block_q=4, block_k=3, return_stats=True)
+    assert m.shape == l.shape == (2, 9) and torch.equal(out, tiled_attention(Q, K, V, block_q=4, block_k=3))
+    Z = Q @ K.mT / math.sqrt(Q.shape[-1]) + torch.zeros(9, 11).masked_fill(
+        torch.ones(9, 11, dtype=torch.bool).tril(2).logical_not(), float("-inf")).double()
+    P = torch.exp(Z - m[..., None]) / l[..., None]
+    assert (P - attention(Q, K, V, return_weights=True)[1]).abs().max() <= 1e-14
+    dO = torch.randn_like(out)
+    dQ, dK, dV = tiled_attention_backward(Q, K, V, out, m, l, dO, block_q=2, block_k=5)   # other tiles: same
+    want = grads(lambda q, k, v: attention(q, k, v), Q, K, V, dO)[1:]
+    for g, w in zip((dQ, dK, dV), want):
+        assert (g - w).abs().max() <= 1e-12
+
+
+def test_the_recomputing_path_keeps_only_q_k_v_o_and_two_numbers_per_row():
+    T, d = 64, 8
+    Q, K, V = (t.requires_grad_() for t in qkv(1, T_q=T, d_k=d, d_v=d, dtype=torch.float32))
+    inputs = {t.untyped_storage().data_ptr() for t in (Q, K, V)}
+    kept = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in inputs:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        recomputing_tiled_attention(Q, K, V, block_q=16, block_k=16)
+    assert sum(kept.values()) == (T * d + 2 * T) * 4                  # O, m and ℓ
+    kept.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attention(Q, K, V)
+    assert sum(kept.values()) >= T * T * 4                            # the plain path keeps (T, T) tables
+
+
+def test_bad_backward_arguments():
+    Q, K, V = qkv(2, T_q=5)
+    out, m, l = tiled_attention(Q, K, V, return_stats=True)
+    with pytest.raises(ValueError, match=r"dO must be"):
+        tiled_attention_backward(Q, K, V, out, m, l, out[:, :4])
+    with pytest.raises(ValueError, match="m must hold one number per row of O"):
+        tiled_attention_backward(Q, K, V, out, m[:, :4], l, out)
+    with pytest.raises(TypeError, match="return_stats must be True or False"):
+        tiled_attention(Q, K, V, return_stats="yes")
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        recomputing_tiled_attention(Q, K, V, causal=None)
+    with pytest.raises(ValueError, match="block_q must be a positive integer, got 0"):
+        TiledAttention.apply(Q, K, V, True, 0, 4)
 
 
 def test_an_empty_batch_and_numpy_block_sizes_are_accepted():
@@ -248,8 +320,8 @@ def _left_padded_scores(block_pad: int, T: int = 7, seed: int = 0):
     is_pad = torch.zeros(3, T, dtype=torch.bool)
     is_pad[0, :block_pad], is_pad[2, :-1] = True, True
     allowed = combine_masks(padding_mask(is_pad), T, T)                   # (3, 1, T, T)
-    S = torch.randn(3, 2, T, T, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return S.masked_fill(~allowed, float("-inf")), allowed
+    Z = torch.randn(3, 2, T, T, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return Z.masked_fill(~allowed, float("-inf")), allowed
 
 
 @pytest.mark.parametrize("pads, block", [(3, 2), (4, 1), (2, 3), (5, 5)])
@@ -257,9 +329,9 @@ def test_online_softmax_of_left_padded_rows_is_finite_and_equals_softmax(pads, b
     """A row whose first block is all −inf (pads before the prompt) used to give NaN: exp(−inf − (−inf))."""
     from attnlib import softmax
 
-    S, allowed = _left_padded_scores(pads)
-    readable = allowed.any(-1).expand(S.shape[:-1])                      # rows with at least one key to read
-    got, want = online_softmax(S, block), softmax(S)
+    Z, allowed = _left_padded_scores(pads)
+    readable = allowed.any(-1).expand(Z.shape[:-1])                      # rows with at least one key to read
+    got, want = online_softmax(Z, block), softmax(Z)
     assert not got[readable].isnan().any()
     assert (got[readable] - want[readable]).abs().max() <= 1e-15
     torch.testing.assert_close(got, want, rtol=0, atol=1e-15, equal_nan=True)   # no key at all: NaN in both
@@ -268,8 +340,8 @@ def test_online_softmax_of_left_padded_rows_is_finite_and_equals_softmax(pads, b
 def test_a_first_block_of_only_minus_inf_keeps_m_at_minus_inf_and_the_sum_at_zero():
     inf = float("inf")
     m, l = torch.full((2,), -inf, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
-    S_blk = torch.tensor([[-inf, -inf], [-inf, 1.5]], dtype=torch.float64)
-    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, S_blk)
+    Z_blk = torch.tensor([[-inf, -inf], [-inf, 1.5]], dtype=torch.float64)
+    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, Z_blk)
     assert m_new.tolist() == [-inf, 1.5] and l_new.tolist() == [0.0, 1.0]
     assert not rescale.isnan().any() and P_blk.tolist() == [[0.0, 0.0], [0.0, 1.0]]
     m2, l2, rescale2, _ = online_softmax_step(m_new, l_new, torch.tensor([[0.5, -inf], [0.0, 2.0]],
@@ -282,8 +354,8 @@ def test_online_softmax_of_a_sliding_window_row_equals_softmax():
     from attnlib import softmax
     from attnlib.attention import sliding_window_mask
 
-    S = torch.randn(2, 9, 9, generator=torch.Generator().manual_seed(4)) + sliding_window_mask(9, window=3)
+    Z = torch.randn(2, 9, 9, generator=torch.Generator().manual_seed(4)) + sliding_window_mask(9, window=3)
     for block in (1, 2, 4):
-        got = online_softmax(S, block)
+        got = online_softmax(Z, block)
         assert not got.isnan().any()
-        assert (got - softmax(S)).abs().max() <= 1e-6
+        assert (got - softmax(Z)).abs().max() <= 1e-6

@@ -44,7 +44,7 @@ def scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
 
 @boundary("_scale_args")
 def scale(S: torch.Tensor, d_k: int) -> torch.Tensor:
-    """S / √d_k, which keeps the scores' spread near 1 when q and k have unit-variance components."""
+    """Z = S / √d_k, which keeps the scores' spread near 1 when q and k have unit-variance components."""
     return S / math.sqrt(d_k)
 
 
@@ -110,10 +110,10 @@ def combine_masks(mask: torch.Tensor | None, T_q: int, T_k: int, *, causal: bool
 
 
 @boundary("_softmax_args")
-def softmax(S: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Stable softmax: subtract the row maximum first, so exp never overflows. Rows of −inf give NaN."""
-    S = S - S.amax(dim=dim, keepdim=True)
-    e = S.exp()
+    Z = Z - Z.amax(dim=dim, keepdim=True)
+    e = Z.exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
@@ -128,14 +128,14 @@ def attention_weights(Q: torch.Tensor, K: torch.Tensor, causal: bool = True, *,
     (it is in the other convention, True = blocked). (With ``mask`` the blocked scores are overwritten with
     −inf, so a NaN score there is dropped.)
     """
-    S = scale(scores(Q, K), Q.shape[-1])   # (..., T_q, T_k)
+    Z = scale(scores(Q, K), Q.shape[-1])   # (..., T_q, T_k): the scaled scores
     if mask is not None:
-        allowed = combine_masks(mask, S.shape[-2], S.shape[-1], causal=causal)
-        P = softmax(S.masked_fill(~allowed, float("-inf")))
+        allowed = combine_masks(mask, Z.shape[-2], Z.shape[-1], causal=causal)
+        P = softmax(Z.masked_fill(~allowed, float("-inf")))
         return P.masked_fill(~allowed.any(-1, keepdim=True), 0.0)    # nothing to read: 0, not 0/0
     if causal:
-        S = S + causal_mask(S.shape[-2], S.shape[-1], dtype=S.dtype, device=S.device)
-    return softmax(S)
+        Z = Z + causal_mask(Z.shape[-2], Z.shape[-1], dtype=Z.dtype, device=Z.device)
+    return softmax(Z)
 
 
 @boundary("_attend_args")
@@ -223,9 +223,9 @@ def _combine_masks_args(mask, T_q, T_k, causal, device) -> dict:
             "device": None if device is None or mask is not None else require_device(device)}
 
 
-def _softmax_args(S, dim) -> dict:
-    require_shape(S, "S", "...")
-    return {"S": S.contiguous(), "dim": require_axis(dim, S, "S")}   # any layout gives the bits of a copy
+def _softmax_args(Z, dim) -> dict:
+    require_shape(Z, "Z", "...")
+    return {"Z": Z.contiguous(), "dim": require_axis(dim, Z, "Z")}   # any layout gives the bits of a copy
 
 
 def _attention_weights_args(Q, K, causal, mask) -> dict:

@@ -159,15 +159,22 @@ def count_flops(fn: Callable[[], object]) -> int:
     return counter.get_total_flops()
 
 
-def count_ops(fn: Callable[[], object]) -> int:
-    """How many aten operators ``fn()`` runs, every call counted: one per kernel a plain eager loop launches."""
+def count_ops(fn: Callable[[], object], match: str | tuple[str, ...] | None = None) -> int:
+    """How many aten operators ``fn()`` runs, every call counted: one per kernel a plain eager loop launches.
+
+    ``match`` counts only the operators whose name contains one of its strings, as in :func:`ops_called`:
+    ``match="mm"`` counts the matrix products (mm, addmm, bmm). The total depends on the torch release (how
+    many views and reshapes a call runs); the matrix products of a plain ``nn.Linear`` do not.
+    """
     require_callable(fn)
+    match = _match_patterns(match) if match is not None else None
     n = 0
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             nonlocal n
-            n += 1
+            if match is None or any(m in str(func.overloadpacket.__name__) for m in match):
+                n += 1
             return func(*args, **(kwargs or {}))
 
     with Count():
@@ -182,10 +189,7 @@ def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", 
     string is one pattern (``match="mm"``), never a sequence of letters.
     """
     require_callable(fn)
-    match = (match,) if isinstance(match, str) else match
-    if not isinstance(match, (tuple, list)) or not match or not all(isinstance(m, str) and m for m in match):
-        raise TypeError(f"match must be a non-empty string or a tuple of them, e.g. ('attention', 'softmax'), "
-                        f"got {match!r}")
+    match = _match_patterns(match)
     seen: list[str] = []
 
     class Record(TorchDispatchMode):
@@ -198,6 +202,15 @@ def ops_called(fn: Callable[[], object], match: tuple[str, ...] = ("attention", 
     with Record():
         fn()
     return seen
+
+
+def _match_patterns(match) -> tuple[str, ...]:
+    """``match`` as a tuple of non-empty strings: a single string is one pattern, never a sequence of letters."""
+    match = (match,) if isinstance(match, str) else match
+    if not isinstance(match, (tuple, list)) or not match or not all(isinstance(m, str) and m for m in match):
+        raise TypeError(f"match must be a non-empty string or a tuple of them, e.g. ('attention', 'softmax'), "
+                        f"got {match!r}")
+    return tuple(match)
 
 
 @boundary("_sync_args")

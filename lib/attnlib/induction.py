@@ -1,9 +1,10 @@
 """Chapter 6: heads that specialise, measured.
 
 A 2-block model is trained on sequences made of a random block of distinct tokens followed by the same
-block again, ``[a b c … a b c …]``. The first half cannot be predicted; the second half can, by a
-two-step circuit: a *previous-token head* (each position reads the one before it) and an *induction head*
-(find the earlier occurrence of the current token, read the token that came right after it).
+block again, ``[a b c … a b c …]``. The first half is random (each token a fresh draw among those not yet in
+the block); the second half can be predicted, by a two-step circuit: heads that carry the previous token into
+each position (in the shipped models, *recent-token heads* that read the last few positions) and an *induction
+head* (find the earlier occurrence of the current token, read the token that came right after it).
 
 Scores, for attention weights P (…, T, T) with queries on rows and keys on columns:
 
@@ -83,39 +84,30 @@ def previous_token_score(P: torch.Tensor) -> torch.Tensor:
     return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
+@boundary("_targets_args")
 def induction_targets(ids: torch.Tensor) -> torch.Tensor:
-    """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier position with
-    the same token as position i. Rows of tokens seen for the first time are all False."""
-    require_shape(ids, "ids", "... T", float_only=False)
-    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
+    """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier
+    position with the same token as position i. Rows of first-seen tokens are all False."""
     T = ids.shape[-1]
     i = torch.arange(T, device=ids.device)
-    same = (ids[..., :, None] == ids[..., None, :]) & (i[None, :] < i[:, None])   # (…, i, j): j < i
-    latest = torch.where(same, i, -1).amax(dim=-1)                                # (…, i), −1: none
+    earlier = i[None, :] < i[:, None]                                  # (T, T): j < i
+    same = (ids[..., :, None] == ids[..., None, :]) & earlier          # (…, i, j)
+    latest = torch.where(same, i, -1).amax(dim=-1)                     # (…, i), −1: none
     target = torch.zeros(*ids.shape, T, dtype=torch.bool, device=ids.device)
     rows = latest >= 0
     target[rows.nonzero(as_tuple=True) + ((latest[rows] + 1),)] = True
     return target
 
 
+@boundary("_induction_args")
 def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean weight on
-    the token right after the previous occurrence of the query's token, over the queries that have one."""
-    d = _require_table(P)
-    target = induction_targets(ids)
-    if ids.shape[-1] != d["T"]:
-        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
+    """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean
+    weight on the token right after the previous occurrence of the query's token, over the
+    queries that have one."""
+    target = induction_targets(ids)           # (…, T, T): True at (i, j + 1)
     if ids.dim() == 2:
-        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
-            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
-                             f"P {tuple(P.shape)}")
-        target = target[:, None]
-    elif ids.dim() != 1:
-        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
-    counted = target.any(-1).sum(-1)
-    if int(counted.min()) == 0:
-        raise ValueError("no query token appears twice in ids, so there is nothing to score")
+        target = target[:, None]              # (B, 1, T, T): the same targets for every head
+    counted = target.any(-1).sum(-1)          # how many queries have an earlier copy
     return (P * target).sum(dim=(-2, -1)) / counted
 
 
@@ -285,6 +277,27 @@ def main(argv: list[str] | None = None) -> None:
     runs = {f"seed{seed}": _timed_run(f"seed {seed}", lambda seed=seed: train_induction(seed), last=50)
             for seed in SEEDS}
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS))})
+
+
+def _targets_args(ids) -> None:
+    require_shape(ids, "ids", "... T", float_only=False)
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
+
+
+def _induction_args(P, ids) -> None:
+    d = _require_table(P)
+    _targets_args(ids)
+    if ids.shape[-1] != d["T"]:
+        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
+    if ids.dim() == 2:
+        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
+            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
+                             f"P {tuple(P.shape)}")
+    elif ids.dim() != 1:
+        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
+    if int(induction_targets(ids).any(-1).sum(-1).min()) == 0:
+        raise ValueError("no query token appears twice in ids, so there is nothing to score")
 
 
 def _previous_token_args(P) -> None:

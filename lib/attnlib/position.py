@@ -24,7 +24,7 @@ __all__ = ["sinusoidal_positions", "LearnedPositions", "rope_angles", "apply_rop
 
 @boundary("_sinusoidal_args")
 def sinusoidal_positions(T: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """(T, d_model) table PE with PE[t, 2i] = sin(t / base^(2i/d_model)) and PE[t, 2i+1] = cos(same)."""
+    """(T, d_model) table PE with PE[t, 2f] = sin(t / base^(2f/d_model)) and PE[t, 2f+1] = cos(same)."""
     t = torch.arange(T, dtype=torch.float32)[:, None]                                # (T, 1)
     freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)   # (d_model/2,)
     PE = torch.zeros(T, d_model)
@@ -56,7 +56,7 @@ class LearnedPositions(nn.Module):
 
 @boundary("_rope_angles_args")
 def rope_angles(T: int, d: int, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
-    """(T, d/2) rotation angles θ[t, i] = (offset + t) · base^(-2i/d) for the d/2 pairs of a vector."""
+    """(T, d/2) rotation angles θ[t, f] = (offset + t) · base^(-2f/d) for the d/2 pairs f of a vector."""
     # float64 so that far positions keep exact angles; callers cast to their own dtype
     return _angles(torch.arange(offset, offset + T, dtype=torch.float64), d, base)
 
@@ -68,7 +68,7 @@ def _angles(t: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
 
 @boundary("_apply_rope_args")
 def apply_rope(x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotate each pair (x[..., 2i], x[..., 2i+1]) of x (..., T, d) by the angle of its position.
+    """Rotate each pair f, (x[..., 2f], x[..., 2f+1]), of x (..., T, d) by the angle θ[t, f] of its position t.
 
     Applied to both Q and K, the score q_i · k_j then depends on the positions only through i − j.
     ``offset`` is the position of the first row (used when earlier positions are cached).

@@ -49,7 +49,7 @@ class Projections(nn.Module):
     def forward(self, X: torch.Tensor, X_kv: torch.Tensor | None = None):
         """Q from X; K and V from ``X_kv`` (cross-attention) or from X itself (self-attention)."""
         X_kv = X if X_kv is None else X_kv
-        return self.q(X), self.k(X_kv), self.v(X_kv)   # (B, T, d_k), (B, T_kv, d_k), (B, T_kv, d_v)
+        return self.q(X), self.k(X_kv), self.v(X_kv)   # (B, T_q, d_k), (B, T_k, d_k), (B, T_k, d_v)
 
 
 class FusedProjections(nn.Module):

@@ -32,9 +32,9 @@ SWAPPED = ("cat chases dog", "dog chases cat")   # the same tokens in another or
 class ToyTokenizer:
     """A greedy longest-match subword tokenizer over :data:`TOY_VOCAB`.
 
-    Like real subword tokenizers, it puts a space in front of the text, so every word, the first one
-    included, starts with a space piece; a token can then be a whole word (" cat"), a word stem
-    (" chase"), a suffix ("s") or a single character.
+    It puts a space in front of the text (as SentencePiece does; GPT-2's tokenizer does not by default), so
+    every word, the first one included, starts with a space piece; a token can then be a whole word (" cat"),
+    a word stem (" chase"), a suffix ("s") or a single character.
     """
 
     def __init__(self, vocab: list[str] | None = None):

@@ -1,15 +1,22 @@
 """Chapter 9: attention in tiles, with the online softmax (the idea behind FlashAttention).
 
-The scores of one query row are read block by block. A running maximum m and a running sum
-ℓ = Σ exp(s_j − m) are kept; when a block raises the maximum, everything summed so far is rescaled by
+The scaled scores z of one query row are read block by block. A running maximum m and a running sum
+ℓ = Σ exp(z_j − m) are kept; when a block raises the maximum, everything summed so far is rescaled by
 exp(m_old − m_new). In attention the running output O (a weighted sum of V's rows) is rescaled the same way and
-divided by ℓ at the end. The (T_q, T_k) table of scores is never built: only one (block_q, block_k) tile at a time.
+divided by ℓ at the end. The (T_q, T_k) table of scores is never built: only one (block_q, block_k) tile at a time
+(N_q × N_k in the book's notation). The query blocks are the outer loop, as in FlashAttention-2.
+
+The backward pass (:func:`tiled_attention_backward`, wired into autograd by :class:`TiledAttention` and
+:func:`recomputing_tiled_attention`) keeps only Q, K, V, O and the row statistics m and ℓ, and recomputes each
+tile's weights P = exp(Z − m) / ℓ from its scores instead of storing the table.
 
 Row i of every table is a query position, column j a key position; with T_k > T_q the queries are the *last*
 T_q positions (as in :func:`attnlib.causal_mask`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -25,41 +32,41 @@ from ._validate import (
 from .attention import scale, scores
 
 __all__ = ["SKIPPED", "FULL", "DIAGONAL", "online_softmax_step", "online_softmax", "tile_plan",
-           "tiled_attention"]
+           "tiled_attention", "tiled_attention_backward", "TiledAttention", "recomputing_tiled_attention"]
 
 SKIPPED, FULL, DIAGONAL = 0, 1, 2   # the three kinds of tile in a plan (see tile_plan)
 
 
 @boundary("_online_softmax_step_args")
-def online_softmax_step(m: torch.Tensor, l: torch.Tensor, S_blk: torch.Tensor):
+def online_softmax_step(m: torch.Tensor, l: torch.Tensor, Z_blk: torch.Tensor):
     """Take one more block of scores into the running max m and the running sum ℓ.
 
-    m (...,): the largest score so far (−inf before the first block); l (...,): Σ exp(s − m) over the scores
-    so far; S_blk (..., n): the next n scores of each row.
+    m (...,): the largest score so far (−inf before the first block); l (...,): Σ exp(z − m) over the scores
+    so far; Z_blk (..., n): the next n scores of each row (scaled scores, what softmax receives).
     Returns m_new (...,), l_new (...,), rescale = exp(m − m_new) (...,), the factor that brings anything
-    summed against the old max to the new one, and P_blk = exp(S_blk − m_new) (..., n), the block's
+    summed against the old max to the new one, and P_blk = exp(Z_blk − m_new) (..., n), the block's
     unnormalised weights. A row whose scores so far are all −inf (padding, a window) keeps m = −inf, ℓ = 0
     and weights 0 until its first finite score, as softmax gives those keys weight 0.
     """
-    m_new = torch.maximum(m, S_blk.amax(dim=-1))        # (...,)
+    m_new = torch.maximum(m, Z_blk.amax(dim=-1))        # (...,)
     shift = torch.where(m_new == float("-inf"), 0.0, m_new)   # (...,) no finite score yet: exp(−inf − 0) = 0, not NaN
     rescale = torch.exp(m - shift)                      # 0 on the first block (m = −inf), 1 if the max stays
-    P_blk = torch.exp(S_blk - shift[..., None])         # (..., n), every entry ≤ 1
+    P_blk = torch.exp(Z_blk - shift[..., None])         # (..., n), every entry ≤ 1
     l_new = rescale * l + P_blk.sum(dim=-1)             # (...,)
     return m_new, l_new, rescale, P_blk
 
 
 @boundary("_online_softmax_args")
-def online_softmax(S: torch.Tensor, block: int) -> torch.Tensor:
-    """softmax over the last axis of S (..., n), reading the scores ``block`` at a time: S → P (..., n).
+def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
+    """softmax over the last axis of Z (..., n), reading the scores ``block`` at a time: Z → P (..., n).
 
-    One pass over the blocks finds m and ℓ with :func:`online_softmax_step`; then P = exp(S − m) / ℓ.
+    One pass over the blocks finds m and ℓ with :func:`online_softmax_step`; then P = exp(Z − m) / ℓ.
     """
-    m = S.new_full(S.shape[:-1], float("-inf"))         # (...,) running max
-    l = S.new_zeros(S.shape[:-1])                       # (...,) running sum of exp(s − m)
-    for k0 in range(0, S.shape[-1], block):
-        m, l, _, _ = online_softmax_step(m, l, S[..., k0:k0 + block])
-    return torch.exp(S - m[..., None]) / l[..., None]
+    m = Z.new_full(Z.shape[:-1], float("-inf"))         # (...,) running max
+    l = Z.new_zeros(Z.shape[:-1])                       # (...,) running sum of exp(z − m)
+    for k0 in range(0, Z.shape[-1], block):
+        m, l, _, _ = online_softmax_step(m, l, Z[..., k0:k0 + block])
+    return torch.exp(Z - m[..., None]) / l[..., None]
 
 
 @boundary("_tile_plan_args")
@@ -86,34 +93,102 @@ def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = Tru
 
 @boundary("_tiled_attention_args")
 def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
-                    block_q: int = 64, block_k: int = 64) -> torch.Tensor:
+                    block_q: int = 64, block_k: int = 64, return_stats: bool = False):
     """softmax(Q Kᵀ / √d_k + M) V, one (block_q, block_k) tile at a time: → (..., T_q, d_v).
 
     Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v), with the same batch axes. Beyond its output, the
     memory it needs depends on the block sizes only, not on T_q · T_k: the full score table is never built.
+    With ``return_stats`` it also returns m and ℓ of every query row, (..., T_q) each: (out, m, l).
     """
     T_q, d_k, T_k = Q.shape[-2], Q.shape[-1], K.shape[-2]
     plan = tile_plan(T_q, T_k, block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
     out = Q.new_empty(*Q.shape[:-1], V.shape[-1])                # (..., T_q, d_v)
-    for i, kinds in enumerate(plan):                             # kinds: the tiles of query block i
+    stats = Q.new_empty(2, *Q.shape[:-1]) if return_stats else None   # m and ℓ of every query row
+    for i, kinds in enumerate(plan):                             # outer loop: query block i
         q0, q1 = i * block_q, min((i + 1) * block_q, T_q)
         rows = Q.shape[:-2] + (q1 - q0,)
         m = Q.new_full(rows, float("-inf"))                     # running max, (..., block_q)
-        l = Q.new_zeros(rows)                                   # running sum of exp(s − m)
-        O = Q.new_zeros(rows + (V.shape[-1],))                  # running Σ exp(s − m) v, (..., block_q, d_v)
-        for j, kind in enumerate(kinds):
+        l = Q.new_zeros(rows)                                   # running sum of exp(z − m)
+        O = Q.new_zeros(rows + (V.shape[-1],))                  # running Σ exp(z − m) v, (..., block_q, d_v)
+        for j, kind in enumerate(kinds):                         # inner loop: key block j
             if kind == SKIPPED:
                 continue
             k0, k1 = j * block_k, min((j + 1) * block_k, T_k)
-            S = scale(scores(Q[..., q0:q1, :], K[..., k0:k1, :]), d_k)   # (..., block_q, block_k)
+            Z = scale(scores(Q[..., q0:q1, :], K[..., k0:k1, :]), d_k)   # (..., block_q, block_k)
             if kind == DIAGONAL:
                 pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
                 future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
-                S = S.masked_fill(future, float("-inf"))
-            m, l, rescale, P_blk = online_softmax_step(m, l, S)
+                Z = Z.masked_fill(future, float("-inf"))
+            m, l, rescale, P_blk = online_softmax_step(m, l, Z)
             O = rescale[..., None] * O + P_blk @ V[..., k0:k1, :]
         out[..., q0:q1, :] = O / l[..., None]
-    return out
+        if return_stats:
+            stats[0, ..., q0:q1], stats[1, ..., q0:q1] = m, l
+    return (out, stats[0], stats[1]) if return_stats else out
+
+
+@boundary("_tiled_attention_backward_args")
+def tiled_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
+                             m: torch.Tensor, l: torch.Tensor, dO: torch.Tensor, *, causal: bool = True,
+                             block_q: int = 64, block_k: int = 64):
+    """The gradients (dQ, dK, dV) of O = tiled_attention(Q, K, V), given dO = ∂loss/∂O, one tile at a time.
+
+    O (..., T_q, d_v), m and l (..., T_q) come from the forward pass (``return_stats=True``). No (T_q, T_k)
+    table is kept: each tile's weights are recomputed from its scores, P = exp(Z − m) / ℓ. With D = rowsum(dO ∘ O)
+    (one number per query row), a tile's gradients are dV += Pᵀ dO, dP = dO Vᵀ, dZ = P ∘ (dP − D), the
+    softmax's backward, and dQ += dZ K / √d_k, dK += dZᵀ Q / √d_k. The key blocks are the outer loop, as in
+    FlashAttention-2's backward: a key block's dK and dV are complete when its column of tiles is done.
+    """
+    T_q, d_k, T_k = Q.shape[-2], Q.shape[-1], K.shape[-2]
+    plan = tile_plan(T_q, T_k, block_q, block_k, causal)        # (n_q, n_k)
+    D = (dO * O).sum(-1)                                         # (..., T_q): Σ_j P_ij dP_ij of every row
+    dQ, dK, dV = torch.zeros_like(Q), torch.zeros_like(K), torch.zeros_like(V)
+    for j, kinds in enumerate(plan.T.tolist()):                  # outer loop: key block j
+        k0, k1 = j * block_k, min((j + 1) * block_k, T_k)
+        for i, kind in enumerate(kinds):                         # inner loop: query block i
+            if kind == SKIPPED:
+                continue
+            q0, q1 = i * block_q, min((i + 1) * block_q, T_q)
+            Z = scale(scores(Q[..., q0:q1, :], K[..., k0:k1, :]), d_k)   # the tile's scores, again
+            if kind == DIAGONAL:
+                pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
+                future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
+                Z = Z.masked_fill(future, float("-inf"))
+            P = torch.exp(Z - m[..., q0:q1, None]) / l[..., q0:q1, None]  # the forward's weights
+            dO_i = dO[..., q0:q1, :]
+            dV[..., k0:k1, :] += P.mT @ dO_i
+            dZ = P * (dO_i @ V[..., k0:k1, :].mT - D[..., q0:q1, None])   # softmax backward
+            dQ[..., q0:q1, :] += dZ @ K[..., k0:k1, :] / math.sqrt(d_k)
+            dK[..., k0:k1, :] += dZ.mT @ Q[..., q0:q1, :] / math.sqrt(d_k)
+    return dQ, dK, dV
+
+
+class TiledAttention(torch.autograd.Function):
+    """Tiled attention for autograd: the forward keeps Q, K, V, O, m and ℓ, the backward recomputes P per tile.
+
+    ``TiledAttention.apply(Q, K, V, causal, block_q, block_k)``; :func:`recomputing_tiled_attention` is the same
+    with its arguments checked. Autograd through :func:`tiled_attention` itself keeps every tile's weights
+    instead, T_q · T_k / 2 numbers or more.
+    """
+
+    @staticmethod
+    def forward(ctx, Q, K, V, causal, block_q, block_k):
+        O, m, l = tiled_attention(Q, K, V, causal=causal, block_q=block_q, block_k=block_k, return_stats=True)
+        ctx.save_for_backward(Q, K, V, O, m, l)                  # two numbers per query row beyond Q, K, V, O
+        ctx.tiles = dict(causal=causal, block_q=block_q, block_k=block_k)
+        return O
+
+    @staticmethod
+    def backward(ctx, dO):
+        dQ, dK, dV = tiled_attention_backward(*ctx.saved_tensors, dO, **ctx.tiles)
+        return dQ, dK, dV, None, None, None
+
+
+@boundary("_recomputing_args")
+def recomputing_tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
+                                block_q: int = 64, block_k: int = 64) -> torch.Tensor:
+    """:func:`tiled_attention` whose backward pass is tiled too (:class:`TiledAttention`): → (..., T_q, d_v)."""
+    return TiledAttention.apply(Q, K, V, causal, block_q, block_k)
 
 
 # ---------------------------------------------------------------------------------------------- argument specs
@@ -122,17 +197,17 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
 # bits of a plain copy.
 
 
-def _online_softmax_step_args(m, l, S_blk):
-    require_shape(S_blk, "S_blk", "... n")
-    require_row_stats(m, "m", S_blk, "S_blk")
-    require_row_stats(l, "l", S_blk, "S_blk")
-    return {"m": m.contiguous(), "l": l.contiguous(), "S_blk": S_blk.contiguous()}
+def _online_softmax_step_args(m, l, Z_blk):
+    require_shape(Z_blk, "Z_blk", "... n")
+    require_row_stats(m, "m", Z_blk, "Z_blk")
+    require_row_stats(l, "l", Z_blk, "Z_blk")
+    return {"m": m.contiguous(), "l": l.contiguous(), "Z_blk": Z_blk.contiguous()}
 
 
-def _online_softmax_args(S, block):
-    require_shape(S, "S", "... n")
+def _online_softmax_args(Z, block):
+    require_shape(Z, "Z", "... n")
     block, = require_positive(block=block)
-    return {"S": S.contiguous(), "block": block}
+    return {"Z": Z.contiguous(), "block": block}
 
 
 def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
@@ -143,7 +218,7 @@ def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
     return {"T_q": T_q, "T_k": T_k, "block_q": block_q, "block_k": block_k, "causal": causal}
 
 
-def _tiled_attention_args(Q, K, V, causal, block_q, block_k):
+def _tiled_attention_args(Q, K, V, causal, block_q, block_k, return_stats=False):
     d = require_shape(Q, "Q", "... T_q d_k")
     d |= require_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
     require_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
@@ -151,6 +226,26 @@ def _tiled_attention_args(Q, K, V, causal, block_q, block_k):
         require_same(Q, X, "Q", name)
         require_batch(Q, X, "Q", name)
     block_q, block_k = require_positive(block_q=block_q, block_k=block_k)
+    return_stats, = require_flags(return_stats=return_stats)
     plan = _tile_plan_args(d["T_q"], d["T_k"], block_q, block_k, causal)
     return {"Q": Q.contiguous(), "K": K.contiguous(), "V": V.contiguous(), "causal": plan["causal"],
-            "block_q": block_q, "block_k": block_k}
+            "block_q": block_q, "block_k": block_k, "return_stats": return_stats}
+
+
+def _recomputing_args(Q, K, V, causal, block_q, block_k):
+    out = _tiled_attention_args(Q, K, V, causal, block_q, block_k)
+    del out["return_stats"]
+    return out
+
+
+def _tiled_attention_backward_args(Q, K, V, O, m, l, dO, causal, block_q, block_k):
+    out = _recomputing_args(Q, K, V, causal, block_q, block_k)
+    d_v = V.shape[-1]
+    require_shape(O, "O", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
+    require_shape(dO, "dO", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
+    for X, name in ((O, "O"), (dO, "dO")):
+        require_same(Q, X, "Q", name)
+        require_batch(Q, X, "Q", name)
+    require_row_stats(m, "m", O, "O")
+    require_row_stats(l, "l", O, "O")
+    return out | {"O": O.contiguous(), "m": m.contiguous(), "l": l.contiguous(), "dO": dO.contiguous()}

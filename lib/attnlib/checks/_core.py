@@ -606,13 +606,13 @@ def _progress_args(exercises) -> None:
     for i, exercise in enumerate(exercises):
         pair = isinstance(exercise, (tuple, list)) and len(exercise) == 2
         if not (pair and all(isinstance(s, str) for s in exercise)):
-            raise TypeError(f"progress takes (title, checker name) pairs of strings, e.g. (\"Build the causal "
-                            f"mask\", \"check_causal_mask\"); exercise {i} is {_show_value(exercise)}")
+            raise TypeError(f"progress takes (title, checker name) pairs of strings, e.g. (\"Build: packed "
+                            f"mask\", \"check_packed_mask\"); exercise {i} is {_show_value(exercise)}")
 
 
 @boundary(_progress_args)
 def progress(*exercises: tuple[str, str]) -> None:
-    """Print which exercises pass in this kernel: ``progress(("Build the causal mask", "check_causal_mask"), …)``."""
+    """Print which exercises pass in this kernel: ``progress(("Build: packed mask", "check_packed_mask"), …)``."""
     width = max((len(title) for title, _ in exercises), default=0)
     for title, name in exercises:
         verdict = _LAST.get(name)

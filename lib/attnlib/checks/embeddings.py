@@ -6,8 +6,8 @@ gradient of the loss with respect to X = E[ids] → the gradient with respect to
 in dX's dtype.
 ``check_sinusoidal(fn)``: ``fn(positions, d_model)`` with int64 positions (T,) or (B, T) → the sinusoidal
 vectors of those positions, (..., T, d_model), float32.
-``check_rotate_halves(fn)``: ``fn(x, theta)`` with x (..., T, d) and theta (T, d/2) → x with coordinate i of
-row t paired with coordinate i + d/2 and the pair rotated by theta[t, i]; the result has x's dtype.
+``check_rotate_halves(fn)``: ``fn(x, theta)`` with x (..., T, d) and theta (T, d/2) → x with coordinate f of
+row t paired with coordinate f + d/2 and the pair rotated by theta[t, f]; the result has x's dtype.
 ``check_embed_with_positions(fn)``: ``fn(ids, E, PE)`` is the "find the bug" function, repaired: ids (T,) or
 (B, T), E (vocab_size, d_model), PE (max_T, d_model) → X₀ = E[ids] + PE[:T], shape (..., T, d_model).
 
@@ -133,7 +133,7 @@ def check_lookup_grad(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Sinusoidal vectors of given positions: PE[p, 2i] = sin(p / 10000^(2i/d_model)), PE[p, 2i+1] = cos(same).
+# Sinusoidal vectors of given positions: PE[t, 2f] = sin(t / 10000^(2f/d_model)), PE[t, 2f+1] = cos(same).
 
 def _sinusoid(positions, d, *, swap=False, freq_step=2, sign=-1, layout="pairs", own_positions=False):
     """The sinusoidal vectors of ``positions`` (float32), with a planted slip; the defaults compute them.
@@ -141,9 +141,9 @@ def _sinusoid(positions, d, *, swap=False, freq_step=2, sign=-1, layout="pairs",
     uses 0 … T-1 instead of the positions given."""
     if own_positions:
         positions = torch.arange(positions.shape[-1]).expand(positions.shape)
-    p = positions.to(torch.float32)[..., None]
-    i = torch.arange(0, d, 2, dtype=torch.float32)
-    angle = p * 10000.0 ** (sign * (i if freq_step == 2 else i / 2) / d)
+    t = positions.to(torch.float32)[..., None]
+    two_f = torch.arange(0, d, 2, dtype=torch.float32)
+    angle = t * 10000.0 ** (sign * (two_f if freq_step == 2 else two_f / 2) / d)
     first, second = (angle.cos(), angle.sin()) if swap else (angle.sin(), angle.cos())
     if layout == "halves":
         return torch.cat([first, second], dim=-1)
@@ -166,27 +166,27 @@ def _sinusoid_cases() -> list[tuple]:
 _SINUSOID_MISTAKES = variants(_sinusoid, [
     ("sin-cos-swapped", {"swap": True},
      "at position 0 every sine is 0 and every cosine is 1: which columns of your vector hold the zeros?",
-     "sin and cos are swapped: the even columns 2i hold the sine, the odd columns 2i+1 the cosine."),
-    ("exponent-i", {"freq_step": 1},
-     "your later columns turn too slowly. In the exponent 2i/d_model, what is 2i: the index of the pair, or "
+     "sin and cos are swapped: the even columns 2f hold the sine, the odd columns 2f+1 the cosine."),
+    ("exponent-f", {"freq_step": 1},
+     "your later columns turn too slowly. In the exponent 2f/d_model, what is 2f: the index of the pair, or "
      "the index of its first column?",
-     "the exponent uses the pair index i where the formula has the column index 2i: the frequencies of the "
+     "the exponent uses the pair index f where the formula has the column index 2f: the frequencies of the "
      "later pairs come out too high a power of 10000."),
     ("exponent-sign", {"sign": 1},
      "your frequencies grow from one pair to the next; in the formula the position is divided by a power of "
      "10000 that grows. Does your angle shrink or grow along the row?",
-     "the sign of the exponent is flipped: the position is multiplied by 10000^(2i/d_model) instead of "
+     "the sign of the exponent is flipped: the position is multiplied by 10000^(2f/d_model) instead of "
      "divided by it, so the later pairs spin fastest instead of slowest."),
     ("halves", {"layout": "halves"},
-     "the numbers are right but not in their columns: where does the cosine of pair i stand in your vector?",
+     "the numbers are right but not in their columns: where does the cosine of pair f stand in your vector?",
      "you put every sine in the first half and every cosine in the second. In this course the sine and the "
-     "cosine of pair i are neighbours: columns 2i and 2i+1."),
+     "cosine of pair f are neighbours: columns 2f and 2f+1."),
     ("ignores-positions", {"own_positions": True},
      "right for positions 0, 1, 2, …, but not for a continuation that starts at position 5: does your "
      "function read the positions it is given?",
      "you numbered the tokens 0 … T-1 yourself instead of using the positions passed in. A continuation "
-     "starts at a later position, and a padded sentence repeats one: the vector of token t belongs to "
-     "positions[t]."),
+     "starts at a later position, and a padded sentence repeats one: the vector of the n-th token belongs to "
+     "positions[n]."),
 ])
 
 
@@ -199,12 +199,12 @@ def check_sinusoidal(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Extend: RoPE with the halves layout. Coordinate i is paired with i + d/2 (as GPT-NeoX and Llama in Hugging
-# Face's transformers do) and the pair is rotated by theta[t, i].
+# Extend: RoPE with the halves layout. Coordinate f is paired with f + d/2 (as GPT-NeoX and Llama in Hugging
+# Face's transformers do) and the pair is rotated by theta[t, f].
 
 def _rotate_halves(x, theta, *, sign=1, layout="halves", angles="given", per_column="pair", rotate_second=True):
     """x with each pair rotated, or a planted slip; the defaults compute the answer. ``layout`` "neighbours"
-    pairs 2i with 2i+1 (the chapter's layout); ``angles`` "own" ignores theta for RoPE's angles;
+    pairs 2f with 2f+1 (the chapter's layout); ``angles`` "own" ignores theta for RoPE's angles;
     ``per_column`` "interleaved" gives column j the angle of pair j // 2 (a layout mix-up);
     ``rotate_second`` False leaves the second half unchanged."""
     T, d = x.shape[-2], x.shape[-1]
@@ -239,13 +239,13 @@ def _rotate_cases() -> list[tuple]:
 _ROTATE_MISTAKES = [
     Mistake("identity", "your result is x unchanged: no pair was rotated. Is anything computed from theta?",
             lambda x, th: x.clone(),
-            more="the function returned x as it came. In every row t, coordinates i and i + d/2 form a pair, "
-                 "and each pair must be turned by the angle theta[t, i]."),
+            more="the function returned x as it came. In every row t, coordinates f and f + d/2 form a pair, "
+                 "and each pair must be turned by the angle theta[t, f]."),
     *variants(_rotate_halves, [
         ("neighbours", {"layout": "neighbours"},
          "you rotated the right angles, but which coordinates form a pair in this layout?",
-         "you paired neighbours, coordinate 2i with 2i+1, as the chapter's apply_rope does. In the halves "
-         "layout coordinate i is paired with coordinate i + d/2."),
+         "you paired neighbours, coordinate 2f with 2f+1, as the chapter's apply_rope does. In the halves "
+         "layout coordinate f is paired with coordinate f + d/2."),
         ("wrong-direction", {"sign": -1},
          "your pairs turn the other way. Take x = (1, 0) as a pair and a small positive angle: which way should "
          "it move?",
@@ -257,9 +257,9 @@ _ROTATE_MISTAKES = [
          "you computed RoPE's angles yourself instead of using theta. The two agree for RoPE's own angles, "
          "but the function must rotate by whatever angles arrive in theta."),
         ("interleaved-angles", {"per_column": "interleaved"},
-         "the pairs are right but some get another pair's angle: which angle does coordinate i + d/2 get?",
-         "you gave column j the angle of pair j // 2, the chapter's layout, while pairing i with i + d/2. "
-         "In the halves layout both coordinates of pair i, columns i and i + d/2, turn by theta[t, i]."),
+         "the pairs are right but some get another pair's angle: which angle does coordinate f + d/2 get?",
+         "you gave column c the angle of pair c // 2, the chapter's layout, while pairing f with f + d/2. "
+         "In the halves layout both coordinates of pair f, columns f and f + d/2, turn by theta[t, f]."),
         ("first-half-only", {"rotate_second": False},
          "the second half of your vector came back unchanged. A rotation moves both coordinates of a pair: "
          "what is the new second coordinate?",
@@ -286,10 +286,10 @@ def _rotate_diagnose(fn, cases, verdict: Verdict) -> Verdict | None:
 
 @checker(mistakes=[*_ROTATE_MISTAKES, ANGLES_DTYPE])
 def check_rotate_halves(fn) -> Verdict:
-    """``fn(x, theta)``: x (..., T, d), theta (T, d/2) → x with each pair (x[i], x[i + d/2]) rotated by theta."""
+    """``fn(x, theta)``: x (..., T, d), theta (T, d/2) → x with each pair (x[f], x[f + d/2]) rotated by theta."""
     cases = _rotate_cases()
     return judge(fn, cases, _rotate_halves, _ROTATE_MISTAKES,
-                 success="every pair (i, i + d/2) is rotated by the angle it was given, in x's dtype, and x "
+                 success="every pair (f, f + d/2) is rotated by the angle it was given, in x's dtype, and x "
                          "is left as it came.",
                  diagnose=lambda verdict: _rotate_diagnose(fn, cases, verdict))
 

@@ -192,8 +192,8 @@ def _hf_variant(X, W_Q, W_K, W_V, W_O, *, fuse="right", scale="d_k", causal=True
     else:
         Q, K, V = (split_heads(X @ W.reshape(d_model, -1), h) for W in (W_Q, W_K, W_V))
     S = Q @ K.transpose(-2, -1) if scores == "queries first" else K @ Q.transpose(-2, -1)
-    S = S / math.sqrt({"d_k": d_k, "d_v": d_v, "d_model": d_model}[scale])
-    P = softmax(S + causal_mask(T, dtype=S.dtype) if causal else S)
+    Z = S / math.sqrt({"d_k": d_k, "d_v": d_v, "d_model": d_model}[scale])
+    P = softmax(Z + causal_mask(T, dtype=Z.dtype) if causal else Z)
     heads_out = P @ V                                                    # (B, h, T, d_v)
     W = W_O if out == "right" else W_O.transpose(0, 1).reshape(h, d_v, d_model)
     if heads == "apart":
@@ -350,9 +350,9 @@ def buggy_qkv_attention(X, W_QKV, W_O, h):
     d_head = d_model // h
     qkv = (X @ W_QKV).view(B, T, h, 3, d_head)
     q, k, v = qkv.permute(3, 0, 2, 1, 4)                     # each (B, h, T, d_head)
-    S = torch.einsum("bhid,bhjd->bhij", q, k) / d_head ** 0.5
+    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d_head ** 0.5
     future = torch.ones(T, T, dtype=torch.bool, device=X.device).triu(1)
-    P = S.masked_fill(future, float("-inf")).softmax(dim=-1)
+    P = Z.masked_fill(future, float("-inf")).softmax(dim=-1)
     out = torch.einsum("bhij,bhjd->bihd", P, v)              # (B, T, h, d_head)
     return out.reshape(B, T, d_model) @ W_O
 
@@ -375,9 +375,9 @@ def _qkv_variant(X, W_QKV, W_O, h, *, cut="right", merge="right"):
         q, k, v = QKV.view(B, T, 3, h, d_head).unbind(2)
     else:
         q, k, v = (t.reshape(B, h, T, d_head) for t in QKV.chunk(3, dim=-1))
-    S = torch.einsum("bhid,bhjd->bhij", q, k) / d_head ** 0.5
+    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d_head ** 0.5
     future = torch.ones(T, T, dtype=torch.bool, device=X.device).triu(1)
-    P = S.masked_fill(future, float("-inf")).softmax(dim=-1)
+    P = Z.masked_fill(future, float("-inf")).softmax(dim=-1)
     out = torch.einsum("bhij,bhjd->" + ("bihd" if merge == "right" else "bhid"), P, v)
     return out.reshape(B, T, d_model) @ W_O
 

@@ -3,11 +3,11 @@
 ``check_packed_mask(fn)``: ``fn(doc_ids)`` with doc_ids (..., T) int64 (the document of each token of a packed
 row) must return the boolean mask (..., T, T) in the convention of ``F.scaled_dot_product_attention``: True where
 query i may attend to key j, that is j ≤ i and both tokens belong to one document.
-``check_chunk_weights(fn)``: ``fn(S, start)`` with the scaled scores S (..., T_q, T_k) of the queries at positions
+``check_chunk_weights(fn)``: ``fn(Z, start)`` with the scaled scores Z (..., T_q, T_k) of the queries at positions
 start … start + T_q − 1 against the keys at positions 0 … T_k − 1 (start + T_q ≤ T_k) must return the causal
-weights P (..., T_q, T_k) in the dtype of S.
-``check_padded_causal_weights(fn)``: ``fn(S, is_pad)`` with S (B, T, T) and is_pad (B, T) (True = padding
-token) must return P (B, T, T), in the dtype of S, that reads only earlier, real keys; a row with no such key is
+weights P (..., T_q, T_k) in the dtype of Z.
+``check_padded_causal_weights(fn)``: ``fn(Z, is_pad)`` with Z (B, T, T) and is_pad (B, T) (True = padding
+token) must return P (B, T, T), in the dtype of Z, that reads only earlier, real keys; a row with no such key is
 all zeros.
 
 Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict,
@@ -184,8 +184,8 @@ def check_packed_mask(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------
-# The causal weights of a chunk of queries: S (..., T_q, T_k) for the queries at positions start …
-# start + T_q − 1 against the keys at positions 0 … T_k − 1 → P (..., T_q, T_k), in the dtype of S.
+# The causal weights of a chunk of queries: Z (..., T_q, T_k) for the queries at positions start …
+# start + T_q − 1 against the keys at positions 0 … T_k − 1 → P (..., T_q, T_k), in the dtype of Z.
 
 def _chunk_cases() -> list[tuple[torch.Tensor, int]]:
     g = _gen(404)
@@ -202,29 +202,29 @@ def _chunk_half_cases() -> list[tuple[torch.Tensor, int]]:
     return [((torch.randn(2, 2, 5, 9, generator=g) * 2).half(), 1)]
 
 
-def _chunk_reference(S, start):
-    future = _blocked_after(S.shape[-2], S.shape[-1], start)
-    return torch.softmax(S.double().masked_fill(future, _NEG_INF), dim=-1).to(S.dtype)
+def _chunk_reference(Z, start):
+    future = _blocked_after(Z.shape[-2], Z.shape[-1], start)
+    return torch.softmax(Z.double().masked_fill(future, _NEG_INF), dim=-1).to(Z.dtype)
 
 
-def _planted_chunk(S, start, *, offset: str = "start", shift: int = 0, how: str = "add", dim: int = -1):
+def _planted_chunk(Z, start, *, offset: str = "start", shift: int = 0, how: str = "add", dim: int = -1):
     """P with a planted slip; the defaults compute it. Row i stands for position ``offset`` + i (+ ``shift``):
     "start" (right), "zero" (row i taken for position i) or "last" (the queries taken for the last T_q
     positions); ``how`` is "add" (block before softmax), "none", "after" (zeroed after softmax), "multiply"
     (scores times a 0/1 mask) or "past" (the past blocked instead of the future)."""
-    T_q, T_k = S.shape[-2], S.shape[-1]
+    T_q, T_k = Z.shape[-2], Z.shape[-1]
     first = {"start": start, "zero": 0, "last": T_k - T_q}[offset] + shift
     future = _blocked_after(T_q, T_k, first)
-    S = S.double()
+    Z = Z.double()
     if how == "none":
-        return softmax(S)
+        return softmax(Z)
     if how == "after":
-        return softmax(S) * ~future
+        return softmax(Z) * ~future
     if how == "multiply":
-        return softmax(S * ~future)
+        return softmax(Z * ~future)
     if how == "past":
-        return softmax(S.masked_fill(_blocked_before(T_q, T_k, first), _NEG_INF))
-    return softmax(S.masked_fill(future, _NEG_INF), dim=dim)
+        return softmax(Z.masked_fill(_blocked_before(T_q, T_k, first), _NEG_INF))
+    return softmax(Z.masked_fill(future, _NEG_INF), dim=dim)
 
 
 _CHUNK_MISTAKES = variants(_planted_chunk, [
@@ -248,7 +248,7 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
      "token of its future."),
     ("no-mask", {"how": "none"},
      "do your weights still reach keys that lie after the query's position?",
-     "your weights are softmax(S) without a mask: every query reads its future."),
+     "your weights are softmax(Z) without a mask: every query reads its future."),
     ("after-softmax", {"how": "after"},
      "do your rows still sum to 1?",
      "you zeroed the future weights after softmax, so the rows no longer sum to 1. Block the scores before "
@@ -268,7 +268,7 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
 
 @checker(mistakes=[*_CHUNK_MISTAKES, UPCAST, FINITE])
 def check_chunk_weights(fn) -> Verdict:
-    """Check ``fn(S, start) -> P``: S (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
+    """Check ``fn(Z, start) -> P``: Z (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
     half = _chunk_half_cases()
     return judge(fn, [Group(_chunk_cases(), 1e-5), Group(half, 3e-3)], _chunk_reference, _CHUNK_MISTAKES,
                  diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),
@@ -300,31 +300,31 @@ def _padded_half_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
              torch.tensor([[T_, F_, F_, F_], [F_, F_, T_, T_]]))]
 
 
-def _planted_padded(S: torch.Tensor, is_pad: torch.Tensor, *, causal: bool = True, pad: str = "keys",
+def _planted_padded(Z: torch.Tensor, is_pad: torch.Tensor, *, causal: bool = True, pad: str = "keys",
                     inverted: bool = False, fill: float = _NEG_INF, empty_rows_zero: bool = True) -> torch.Tensor:
     """P with a planted slip; the defaults compute P itself. ``pad`` is where padding is blocked: "keys"
     (columns), "queries" (rows), "none", or "after" softmax; ``inverted`` reads True in is_pad as a real token."""
-    T = S.shape[-1]
-    S = S.double()
+    T = Z.shape[-1]
+    Z = Z.double()
     if inverted:
         is_pad = ~is_pad
     if pad == "after":
-        return softmax(S + causal_mask(T, dtype=S.dtype)) * ~is_pad[:, None, :]
-    allowed = torch.ones(S.shape, dtype=torch.bool)                   # (B, T, T) True where i may read j
+        return softmax(Z + causal_mask(T, dtype=Z.dtype)) * ~is_pad[:, None, :]
+    allowed = torch.ones(Z.shape, dtype=torch.bool)                   # (B, T, T) True where i may read j
     if causal:
         allowed = allowed & causal_mask(T, dtype=torch.bool)
     if pad == "keys":
         allowed = allowed & ~is_pad[:, None, :]
     elif pad == "queries":
         allowed = allowed & ~is_pad[:, :, None]
-    P = softmax(S.masked_fill(~allowed, fill))
+    P = softmax(Z.masked_fill(~allowed, fill))
     return P.nan_to_num(0.0) if empty_rows_zero else P
 
 
-def _padded_reference(S, is_pad):
-    allowed = causal_mask(S.shape[-1], dtype=torch.bool) & ~is_pad[:, None, :]     # (B, T, T)
-    P = torch.softmax(S.double().masked_fill(~allowed, _NEG_INF), dim=-1)
-    return torch.where(allowed.any(-1, keepdim=True), P, torch.zeros_like(P)).to(S.dtype)
+def _padded_reference(Z, is_pad):
+    allowed = causal_mask(Z.shape[-1], dtype=torch.bool) & ~is_pad[:, None, :]     # (B, T, T)
+    P = torch.softmax(Z.double().masked_fill(~allowed, _NEG_INF), dim=-1)
+    return torch.where(allowed.any(-1, keepdim=True), P, torch.zeros_like(P)).to(Z.dtype)
 
 
 _INVERTED = ("in is_pad, what does True mark? Which tokens does your code block?",
@@ -366,7 +366,7 @@ _PADDED_MISTAKES = variants(_planted_padded, [
 
 @checker(mistakes=[*_PADDED_MISTAKES, UPCAST, FINITE])
 def check_padded_causal_weights(fn) -> Verdict:
-    """Check ``fn(S, is_pad) -> P``: S (B, T, T), is_pad (B, T) bool (True = padding) → P (B, T, T)."""
+    """Check ``fn(Z, is_pad) -> P``: Z (B, T, T), is_pad (B, T) bool (True = padding) → P (B, T, T)."""
     half = _padded_half_cases()
     return judge(fn, [Group(_padded_cases(), 1e-5), Group(half, 3e-3)], _padded_reference, _PADDED_MISTAKES,
                  diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),

@@ -5,9 +5,9 @@
 checkpoint's dtype and sharing no memory with it, whose call on X (..., T, d_model) returns (Q, K, V) with
 Q = X W_Q + b_Q and so on.
 ``check_split_fused(fn)``: ``fn(X, W_QKV, d_k)`` is the "find the bug" split of a fused projection, repaired:
-X (..., T, d_model), W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k).
+X (..., T, d_model), W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_k), so d_v = d_k → (Q, K, V), each (..., T, d_k).
 ``check_cross_qkv(fn)``: ``fn(X, X_kv, W_Q, W_KV, d_k)`` with W_KV = [W_K | W_V] (d_kv, d_k + d_v) fused for the
-other sequence X_kv (..., T_kv, d_kv) → Q (..., T, d_k), K (..., T_kv, d_k), V (..., T_kv, d_v).
+other sequence X_kv (..., T_k, d_kv) → Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v).
 ``check_qkv_params(n)``: a predicted number, the parameters of GPT-2 small's Q, K, V projections in one layer.
 
 Every call gets its own copy of the inputs, and the inputs are compared with the originals after it, so a
@@ -281,7 +281,7 @@ def _cross_cases() -> list[tuple]:
     return [
         case((3, 6), (5, 6), 4, 6),             # d_v > d_k: pieces of d_k columns do not fit
         case((2, 4, 8), (2, 7, 5), 3, 2),       # a batch; the other sequence has its own width, 5 ≠ 8
-        case((2, 6, 6), (2, 3, 6), 4, 4),       # T > T_kv, d_v = d_k
+        case((2, 6, 6), (2, 3, 6), 4, 4),       # T_q > T_k, d_v = d_k
     ]
 
 
@@ -310,7 +310,7 @@ _CROSS_MISTAKES = variants(_planted_cross, [
      "your K and V have one row per position of X. Which sequence do keys and values describe in "
      "cross-attention?",
      "you projected K and V from X, the queries' sequence. In cross-attention the keys and values come from "
-     "the other sequence, X_kv: they have T_kv rows, and W_KV is as tall as X_kv is wide."),
+     "the other sequence, X_kv: they have T_k rows, and W_KV is as tall as X_kv is wide."),
     ("q-from-other", {"q_from": "X_kv"},
      "your Q has one row per position of X_kv. Whose positions ask the questions?",
      "you projected Q from X_kv. The queries come from X, one per position of the sequence being updated; "
@@ -330,9 +330,9 @@ _CROSS_MISTAKES = variants(_planted_cross, [
 
 @checker(mistakes=_CROSS_MISTAKES)
 def check_cross_qkv(fn) -> Verdict:
-    """``fn(X, X_kv, W_Q, W_KV, d_k)`` → Q (..., T, d_k), K (..., T_kv, d_k), V (..., T_kv, d_v)."""
+    """``fn(X, X_kv, W_Q, W_KV, d_k)`` → Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v)."""
     return judge(fn, _cross_cases(), _cross_reference, _CROSS_MISTAKES,
-                 success="Q from X; K and V from X_kv in one product, cut at d_k: T_kv rows each, whatever "
+                 success="Q from X; K and V from X_kv in one product, cut at d_k: T_k rows each, whatever "
                          "the length and the width of X, and d_v read from W_KV.")
 
 

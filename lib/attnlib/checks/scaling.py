@@ -1,9 +1,9 @@
-"""Exercise checkers for the scaling chapter (S = Q Kᵀ / √d_k).
+"""Exercise checkers for the scaling chapter (raw scores S = Q Kᵀ, scaled scores Z = S / √d_k).
 
 ``check_scaled_scores(fn)``: ``fn(Q, K)`` with Q (T_q, B, d_k) and K (T_k, B, d_k), the sequence-first layout of
-``nn.MultiheadAttention`` without ``batch_first``, → S / √d_k of shape (B, T_q, T_k), batch first, rows = queries.
+``nn.MultiheadAttention`` without ``batch_first``, → Z = S / √d_k of shape (B, T_q, T_k), batch first, rows = queries.
 ``check_head_scores(fn)``: ``fn(X, W_Q, W_K)`` is the "find the bug" score table built by broadcasting, repaired:
-X (..., T, d_model), W_Q, W_K (d_model, d_k) → (X W_Q)(X W_K)ᵀ / √d_k of shape (..., T, T).
+X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z = (X W_Q)(X W_K)ᵀ / √d_k of shape (..., T, T).
 ``check_scaled_variance(v)``: a predicted number, the variance of q·k/√d_k when the components of q and k have
 variance σ² = 4 (d_k = 64); the checker measures it.
 
@@ -42,7 +42,7 @@ def _scaled(S, scale: str, d_k: int, d_model: int | None = None):
 
 
 # ------------------------------------------------------------------------------------------------
-# S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k).
+# Z = S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k).
 
 def _scores_cases() -> list[tuple]:
     g = _gen(30)
@@ -88,7 +88,7 @@ _SCORES_MISTAKES = variants(_planted_scores, [
      "axis first: (B, T_q, T_k)."),
     ("keys-on-rows", {"table": "keys on rows"},
      "is row i of one sequence's table the query position i? Count the rows a sequence's table should have.",
-     "your table is the transpose of S: its rows are the T_k keys and its columns the T_q queries. Rows must "
+     "your table is the transpose of Z: its rows are the T_k keys and its columns the T_q queries. Rows must "
      "be queries, columns keys."),
     ("no-transpose", {"table": "no transpose"},
      "each score is the dot product of one query with one key, over their d_k components: which axes does "
@@ -110,14 +110,14 @@ _SCORES_MISTAKES = variants(_planted_scores, [
 
 @checker(mistakes=_SCORES_MISTAKES)
 def check_scaled_scores(fn) -> Verdict:
-    """``fn(Q, K)`` with Q (T_q, B, d_k), K (T_k, B, d_k) → S / √d_k of shape (B, T_q, T_k); rows are queries."""
+    """``fn(Q, K)`` with Q (T_q, B, d_k), K (T_k, B, d_k) → Z = S / √d_k of shape (B, T_q, T_k); rows are queries."""
     return judge(fn, _scores_cases(), _scores_reference, _SCORES_MISTAKES,
                  success="the batch axis comes first, rows are the queries, columns the keys, and the scores "
                          "are divided by √d_k (square inputs, T_q ≠ T_k, and float64).")
 
 
 # ------------------------------------------------------------------------------------------------
-# Find the bug: (X W_Q)(X W_K)ᵀ / √d_k built by broadcasting. The code as given pairs keys with queries the
+# Find the bug: Z = (X W_Q)(X W_K)ᵀ / √d_k built by broadcasting. The code as given pairs keys with queries the
 # wrong way round (its rows are keys) and divides by √d_model, the width of X, where d_k ≠ d_model.
 
 def _head_cases() -> list[tuple]:
@@ -165,7 +165,7 @@ _HEAD_MISTAKES = [
         ("rows-are-keys", {"rows": "keys"},
          "the scale is right now. Is row i of your table the query position i? Compare row 0 with the dot "
          "products of query 0 against every key.",
-         "your table is the transpose of S: entry (i, j) multiplies key i with query j. Swap the roles in the "
+         "your table is the transpose of Z: entry (i, j) multiplies key i with query j. Swap the roles in the "
          "broadcast so that the first of the two position axes belongs to the queries."),
         ("sqrt-d_model", {"scale": "/ √d_model"},
          "rows and columns are right now. How many components do the two vectors of each dot product have, "
@@ -188,7 +188,7 @@ _HEAD_MISTAKES = [
 
 @checker(mistakes=_HEAD_MISTAKES)
 def check_head_scores(fn) -> Verdict:
-    """``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → (..., T, T) scaled scores."""
+    """``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z (..., T, T), the scaled scores."""
     return judge(fn, _head_cases(), _head_reference, _HEAD_MISTAKES,
                  success="rows are queries, columns keys, and the scores are divided by √d_k, the width of q "
                          "and k (not √d_model).")

@@ -236,13 +236,13 @@ def _planted_seq_first(Q, K, V, *, positions: int = 0, restore: bool = True, div
     if positions == 0:
         Q, K, V = (x.transpose(0, 1) for x in (Q, K, V))             # (B, T, d)
     T, d_k = Q.shape[-2], Q.shape[-1]
-    S = Q @ K.transpose(-2, -1) / {"√d_k": math.sqrt(d_k), "√T": math.sqrt(T), "1": 1.0}[divisor]
+    Z = Q @ K.transpose(-2, -1) / {"√d_k": math.sqrt(d_k), "√T": math.sqrt(T), "1": 1.0}[divisor]
     if mask == "add":
-        P = softmax(S + causal_mask(T, dtype=S.dtype), dim=dim)
+        P = softmax(Z + causal_mask(T, dtype=Z.dtype), dim=dim)
     elif mask == "after":
-        P = softmax(S, dim=dim) * torch.ones(T, T, dtype=torch.bool).tril()
+        P = softmax(Z, dim=dim) * torch.ones(T, T, dtype=torch.bool).tril()
     else:
-        P = softmax(S, dim=dim)
+        P = softmax(Z, dim=dim)
     out = P @ (K if mixed == "K" else V)
     return out.transpose(0, 1) if positions == 0 and restore else out
 
@@ -481,9 +481,9 @@ def _einsum_head(Q, K, V, *, scores: str = "bid,bjd->bij", dim: int = -1, mask: 
     specs, ``dim`` the axis of softmax, ``mask`` "causal", "transposed" (−inf below the diagonal) or "none",
     ``mixed`` the tensor mixed ("V" or "K")."""
     T = Q.shape[-2]
-    S = torch.einsum(scores, Q, K) / math.sqrt(Q.shape[-1])
+    Z = torch.einsum(scores, Q, K) / math.sqrt(Q.shape[-1])
     M = {"causal": causal_mask(T), "transposed": causal_mask(T).T, "none": torch.zeros(T, T)}[mask]
-    P = softmax(S + M.to(S.dtype), dim=dim)
+    P = softmax(Z + M.to(Z.dtype), dim=dim)
     return torch.einsum(mix, P, K if mixed == "K" else V)
 
 

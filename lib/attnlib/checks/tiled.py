@@ -32,9 +32,9 @@ INF = math.inf
 
 
 # ----------------------------------------------------------------------------- build: merge two partial states
-def _state(S: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The online-softmax state (m, l, O) of scores S (..., n) over values V (..., n, d_v), by the library."""
-    m, l, _, P = online_softmax_step(S.new_full(S.shape[:-1], -INF), S.new_zeros(S.shape[:-1]), S)
+def _state(Z: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The online-softmax state (m, l, O) of scaled scores Z (..., n) over values V (..., n, d_v), by the library."""
+    m, l, _, P = online_softmax_step(Z.new_full(Z.shape[:-1], -INF), Z.new_zeros(Z.shape[:-1]), Z)
     return m, l, P @ V
 
 
@@ -47,22 +47,22 @@ def _merge_cases():
     b1 = (torch.tensor([2.5, 0.1, 0.5], dtype=f64), torch.tensor([1.3, 1.1, 1.4], dtype=f64),
           torch.tensor([[1.1, 0.2], [-0.7, 1.5], [0.6, -0.3]], dtype=f64))
     # 2. real states of two key ranges, batch axes (2, 3), 4 query rows, d_v = 3
-    S = 3.0 * torch.randn(2, 3, 4, 10, generator=g, dtype=f64)
+    Z = 3.0 * torch.randn(2, 3, 4, 10, generator=g, dtype=f64)
     V = torch.randn(2, 3, 10, 3, generator=g, dtype=f64)
-    a2, b2 = _state(S[..., :6], V[..., :6, :]), _state(S[..., 6:], V[..., 6:, :])
+    a2, b2 = _state(Z[..., :6], V[..., :6, :]), _state(Z[..., 6:], V[..., 6:, :])
     # 3. rows with nothing to read: row 0 in a, row 1 in b, row 2 in both, row 3 in neither
-    S = torch.randn(4, 5, generator=g, dtype=f64)
-    S[0, :3] = S[1, 3:] = S[2] = -INF
+    Z = torch.randn(4, 5, generator=g, dtype=f64)
+    Z[0, :3] = Z[1, 3:] = Z[2] = -INF
     V = torch.randn(5, 2, generator=g, dtype=f64)
-    a3, b3 = _state(S[:, :3], V[:3]), _state(S[:, 3:], V[3:])
+    a3, b3 = _state(Z[:, :3], V[:3]), _state(Z[:, 3:], V[3:])
     # 4. scores near 750: exp of a score or of a max alone is inf in float64
-    S = 750.0 + 2.0 * torch.randn(2, 3, 8, generator=g, dtype=f64)
+    Z = 750.0 + 2.0 * torch.randn(2, 3, 8, generator=g, dtype=f64)
     V = torch.randn(8, 2, generator=g, dtype=f64)
-    a4, b4 = _state(S[..., :4], V[:4]), _state(S[..., 4:], V[4:])
+    a4, b4 = _state(Z[..., :4], V[:4]), _state(Z[..., 4:], V[4:])
     # 5. float32, the result must stay float32
-    S = 2.0 * torch.randn(2, 5, 7, generator=g)
+    Z = 2.0 * torch.randn(2, 5, 7, generator=g)
     V = torch.randn(7, 4, generator=g)
-    a5, b5 = _state(S[..., :2], V[:2]), _state(S[..., 2:], V[2:])
+    a5, b5 = _state(Z[..., :2], V[:2]), _state(Z[..., 2:], V[2:])
     return [(a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)]
 
 
@@ -99,7 +99,7 @@ _MERGE_MISTAKES = variants(_merge, [
      "the two parts' sums are added as they are. Each part measured its terms against its own maximum: are "
      "both parts brought to the common maximum before they are added? (A factor that your code computes but "
      "that always comes out 1 does nothing.)",
-     "each part's ℓ and O are sums of exp(s − its own max). Before adding, refer every part to the merged "
+     "each part's ℓ and O are sums of exp(z − its own max). Before adding, refer every part to the merged "
      "max: multiply its ℓ and its O by e to the power (its own max − the merged max), a factor at most 1."),
     ("one-side-a", dict(rescale="a"),
      "right on the rows where b holds the larger maximum, wrong where a does. Which part's sums are still "
@@ -114,17 +114,17 @@ _MERGE_MISTAKES = variants(_merge, [
      "needs its factor too."),
     ("wrong-sign", dict(sign=-1),
      "your factors make a part's sums larger when the merged maximum is larger than the part's own. Measured "
-     "against a larger maximum, every term exp(s − m) gets smaller: should a factor be above 1 or below?",
+     "against a larger maximum, every term exp(z − m) gets smaller: should a factor be above 1 or below?",
      "the factor that refers a part to the merged maximum is e to the power (own max − merged max), at most "
      "1; you used its inverse."),
     ("O-not-rescaled", dict(O_rescaled=False),
      "ℓ comes out right and O does not. What else in a state was summed against the part's own maximum?",
-     "O is a sum of exp(s − m) v, measured against each part's own maximum exactly like ℓ: it needs the same "
+     "O is a sum of exp(z − m) v, measured against each part's own maximum exactly like ℓ: it needs the same "
      "factor as ℓ before the two are added."),
     ("normalised", dict(normalise=True),
      "your O is already divided by ℓ. A state keeps O undivided, so that a third part can still be merged "
      "into it: when does the division happen?",
-     "return O as the undivided sum Σ exp(s − m) v of both parts; the division by ℓ is the very last step, "
+     "return O as the undivided sum Σ exp(z − m) v of both parts; the division by ℓ is the very last step, "
      "after the last merge, as in tiled attention."),
     ("nan-empty", dict(empty_safe=False),
      "a row that has no readable key in either part (m = −∞, ℓ = 0 in both) comes out NaN. It should stay "
@@ -294,8 +294,8 @@ def buggy_tiled_attention(Q, K, V, block_q, block_k):
     """
     T_q, T_k = Q.shape[-2], K.shape[-2]
     m = Q.new_full(Q.shape[:-1], -math.inf)          # (..., T_q) running max
-    l = Q.new_zeros(Q.shape[:-1])                    # (..., T_q) Σ exp(s - m)
-    O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])      # (..., T_q, d_v) Σ exp(s - m) v
+    l = Q.new_zeros(Q.shape[:-1])                    # (..., T_q) Σ exp(z - m)
+    O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])      # (..., T_q, d_v) Σ exp(z - m) v
     pos = torch.arange(T_k - T_q, T_k, device=Q.device)   # position of each query
     for k0 in range(0, T_k, block_k):
         keys = torch.arange(k0, min(k0 + block_k, T_k), device=Q.device)
@@ -304,12 +304,12 @@ def buggy_tiled_attention(Q, K, V, block_q, block_k):
             if keys[0] > pos[rows][-1]:              # after every query: skip
                 continue
             S = torch.einsum("...qd,...kd->...qk", Q[..., rows, :], K[..., keys, :])
-            S = S / math.sqrt(Q.shape[-1])
-            S = S.masked_fill(keys > pos[rows, None], -math.inf)
+            Z = S / math.sqrt(Q.shape[-1])
+            Z = Z.masked_fill(keys > pos[rows, None], -math.inf)
             m_old = m[..., rows]
-            m[..., rows] = torch.maximum(m_old, S.amax(-1))
+            m[..., rows] = torch.maximum(m_old, Z.amax(-1))
             rescale = torch.exp(m_old - m[..., rows])
-            P = torch.exp(S - m[..., rows, None])
+            P = torch.exp(Z - m[..., rows, None])
             l[..., rows] = rescale * l[..., rows] + P.sum(-1)
             PV = torch.einsum("...qk,...kd->...qd", P, V[..., keys, :])
             O[..., rows, :] = rescale[..., None] * O[..., rows, :] + PV
@@ -330,12 +330,12 @@ def _tiled_variant(Q, K, V, block_q, block_k, *, alias: bool = False, sign: int 
         l, O = torch.zeros_like(m), Q.new_zeros(*m.shape, V.shape[-1])
         for k0 in range(0, min(T_k, last + 1), block_k):
             k1 = min(k0 + block_k, T_k)
-            S = Q[..., q0:q1, :] @ K[..., k0:k1, :].mT / math.sqrt(Q.shape[-1])
+            Z = Q[..., q0:q1, :] @ K[..., k0:k1, :].mT / math.sqrt(Q.shape[-1])
             future = torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None] + (T_k - T_q)
-            S = S.masked_fill(future, -INF)
-            m_new = torch.maximum(m, S.amax(-1))
+            Z = Z.masked_fill(future, -INF)
+            m_new = torch.maximum(m, Z.amax(-1))
             r = torch.ones_like(m) if alias else torch.exp(sign * (m - m_new))
-            P = torch.exp(S - m_new[..., None])
+            P = torch.exp(Z - m_new[..., None])
             PV = P @ V[..., k0:k1, :]
             if after_add:
                 l, O = r * (l + P.sum(-1)), r[..., None] * (O + PV)
@@ -388,10 +388,10 @@ _FIX_MISTAKES = [
          "apply the factor to the old ℓ and O only, then add the new block's sum and its weights times V."),
         ("O-not-rescaled", dict(rescale_O=False),
          "ℓ gets the factor, O does not. What else was summed against the old maximum?",
-         "O, like ℓ, is a sum of exp(s − m) terms: it needs the same factor whenever the maximum grows."),
+         "O, like ℓ, is a sum of exp(z − m) terms: it needs the same factor whenever the maximum grows."),
         ("l-not-rescaled", dict(rescale_l=False),
          "O gets the factor, ℓ does not. What else was summed against the old maximum?",
-         "ℓ, like O, is a sum of exp(s − m) terms: it needs the same factor whenever the maximum grows."),
+         "ℓ, like O, is a sum of exp(z − m) terms: it needs the same factor whenever the maximum grows."),
     ]),
 ]
 
