@@ -1,24 +1,29 @@
 """attnlib.explore: the interactive attention figure's HTML, without a browser.
 
-The browser side (hovering, menus, switches, the slider, dark theme) is tested in test_rendered_book.py on the
-figures of the built book.
+The browser side (hovering, menus, switches, the slider, dark theme, the keyboard, the announced readout, phone
+width, contrast in the page) is tested in test_rendered_book.py on the figures of the built book.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import html.parser
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import attnlib
 from attnlib import GPT
 from attnlib.attention import attention_weights, causal_mask, softmax
-from attnlib.explore import MAX_NUMBERS, MAX_T, AttentionExplorer, explore, model_scores
+from attnlib.explore import MAX_NUMBERS, MAX_T, AttentionExplorer, _asset, explore, model_scores
 from attnlib.induction import head_weights
 
 TOKENS = [" the", " cat", " chase", "s", " the", " dog"]
@@ -151,8 +156,8 @@ def test_model_scores_give_the_models_own_weights():
 def test_figure_size_stays_small():
     one = explore(raw(6, 6), TOKENS, 8, controls=("scale", "mask", "temperature"))
     many = explore(raw(2, 4, 24, 24), [f"t{k}" for k in range(24)], 8)
-    assert one.nbytes < 20_000, one.nbytes
-    assert many.nbytes < 60_000, many.nbytes
+    assert one.nbytes < 30_000, one.nbytes            # the code and style, shared by every figure: ~20 kB
+    assert many.nbytes < 80_000, many.nbytes          # + 4 decimals per score, + the shown head's table
     assert isinstance(one, AttentionExplorer)
 
 
@@ -214,3 +219,193 @@ def test_attention_weights_agree_with_the_figure_on_the_library_path():
     Q, K = torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g)
     fig = explore(Q @ K.T, TOKENS, 8, controls=("mask",))
     assert (fig.weights().float() - attention_weights(Q, K)).abs().max() < 5e-4
+
+
+# ------------------------------------------------------------------------------------------------ every reader
+
+class _Table(html.parser.HTMLParser):
+    """The figure's text alternative: caption, header row, row headers and cells of its one <table>."""
+
+    def __init__(self):
+        super().__init__()
+        self.caption, self.cols, self.rows, self.cells = "", [], [], []
+        self._where: str | None = None
+        self._text = ""
+        self._in_head = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "thead":
+            self._in_head = True
+        elif tag == "tbody":
+            self._in_head = False
+        elif tag == "tr" and not self._in_head:
+            self.cells.append([])
+        if tag in ("caption", "th", "td"):
+            self._where, self._text = tag, ""
+
+    def handle_endtag(self, tag):
+        if tag != self._where:
+            return
+        if tag == "caption":
+            self.caption = self._text
+        elif tag == "th" and self._in_head:
+            self.cols.append(self._text)
+        elif tag == "th":
+            self.rows.append(self._text)
+        elif tag == "td":
+            self.cells[-1].append(self._text)
+        self._where = None
+
+    def handle_data(self, data):
+        if self._where:
+            self._text += data
+
+
+def table_of(fig) -> _Table:
+    t = _Table()
+    t.feed(fig.html.split('<details class="ax-table">', 1)[1].split("</details>", 1)[0])
+    return t
+
+
+def tag_with(fig, cls: str) -> dict:
+    found = [a for t, a in parts(fig).tags if cls in (a.get("class") or "").split()]
+    assert len(found) == 1, f"expected one element of class {cls}, found {len(found)}"
+    return found[0]
+
+
+def test_readout_is_a_polite_live_region_before_any_script():
+    fig = explore(raw(6, 6), TOKENS, 8)
+    readout = tag_with(fig, "ax-readout")
+    assert readout["aria-live"] == "polite" and readout["role"] == "status" and readout["aria-atomic"] == "true"
+    assert fig.html.index('class="ax-readout"') < fig.html.index("<script")   # in the page before it changes
+
+
+@pytest.mark.parametrize("shape, where, label", [
+    ((6, 6), {}, "attention weights over 6 tokens"),
+    ((3, 6, 6), {"head": 1}, "attention weights of head 1 over 6 tokens"),
+    ((2, 4, 16, 16), {"layer": 0, "head": 1}, "attention weights of block 0 head 1 over 16 tokens"),
+])
+def test_each_figure_says_what_it_shows(shape, where, label):
+    T = shape[-1]
+    fig = explore(raw(*shape), [f"t{k}" for k in range(T)], 8, **where)
+    assert fig.label == label
+    region = tag_with(fig, "ax-table-scroll")       # the table's scroll box: named, reachable by the keyboard
+    assert region["role"] == "region" and region["tabindex"] == "0" and region["aria-label"] == label
+    assert table_of(fig).caption.startswith(label + ".")
+    js = _asset("explore.js")                       # the script writes the same words on the heatmap
+    assert '"attention weights" + which + " over " + T + " tokens"' in js
+    assert '" of " + data.layerLabel + " " + st.layer + " head " + st.head' in js
+
+
+def test_table_values_equal_the_library_weights():
+    S = raw(2, 3, 7, 7, spread=4.0)
+    tokens = TOKENS + ["<&>"]
+    for kw in ({}, {"layer": 1, "head": 2, "causal": False, "temperature": 0.5},
+               {"scaled": False, "head": 1, "controls": ("scale", "mask", "temperature")}):
+        fig = explore(S, tokens, 16, **kw)
+        st = page_json(fig)["state"]
+        P = fig.weights(st["layer"], st["head"], scaled=st["scaled"], causal=st["causal"],
+                        temperature=st["temperature"])
+        t = table_of(fig)
+        names = [f"{k}:{lab}" for k, lab in enumerate(page_json(fig)["labels"])]
+        assert t.cols == ["query \\ key"] + names and t.rows == names        # html-escaped, read back as text
+        assert len(t.cells) == 7 and all(len(r) == 7 for r in t.cells)
+        for i in range(7):
+            for j in range(7):
+                shown = t.cells[i][j]
+                if st["causal"] and j > i:
+                    assert shown == "\u2014" and float(P[i, j]) == 0.0
+                else:
+                    assert re.fullmatch(r"\d\.\d{3}", shown), shown          # 3 decimals, as the readout
+                    assert shown == f"{float(P[i, j]):.3f}"
+                    assert abs(float(shown) - float(P[i, j])) <= 5e-4 + 1e-12
+        assert t.cells == fig.table()
+        assert ("masked" in t.caption) == st["causal"]
+        assert ("temperature \u03c4 = 1.00" in t.caption) == ("controls" in kw)
+
+
+def test_the_table_is_inside_a_details_the_reader_can_open():
+    text = explore(raw(6, 6), TOKENS, 8).html
+    m = re.search(r'<details class="ax-table"><summary>([^<]+)</summary>', text)
+    assert m and "table" in m.group(1)
+    assert "<details open" not in text                                      # closed until the reader opens it
+
+
+def test_help_text_fits_the_device():
+    fig = explore(raw(6, 6), TOKENS, 8)
+    spans = re.findall(r'<span class="(ax-help-\w+)">([^<]+)</span>', fig.html)
+    helps = dict(spans)
+    assert set(helps) == {"ax-help-hover", "ax-help-touch"}
+    assert "Hover" in helps["ax-help-hover"] and "arrow keys" in helps["ax-help-hover"]
+    assert "hover" not in helps["ax-help-touch"].lower() and "Tap" in helps["ax-help-touch"]
+    css = re.sub(r"\s+", " ", _asset("explore.css"))
+    assert "@media (hover: none) { .attnlib-explore .ax-help-hover { display: none; } }" in css
+    assert "@media (hover: hover) { .attnlib-explore .ax-help-touch { display: none; } }" in css
+
+
+def test_the_script_makes_the_cells_and_tokens_focusable_with_one_tab_stop_each():
+    """The DOM the script builds is checked in the browser (test_rendered_book.py); here: what it is built from."""
+    js = _asset("explore.js")
+    for what in ('role: "grid"', 'role: "row"', 'role: "gridcell"', 'role: "listbox"', 'role: "option"',
+                 "tabindex: -1", '"0" : "-1"', '"aria-selected"', '"ArrowRight"', '"ArrowLeft"', '"ArrowUp"',
+                 '"ArrowDown"', '"Home"', '"End"', '"Enter"', '" "', 'setAttribute("aria-live", "polite")'):
+        assert what in js, what
+    text = explore(raw(6, 6), TOKENS, 8).html.split("<script", 1)[0]   # the markup before the script runs:
+    focusable = re.findall(r'<[^>]*tabindex="0"[^>]*>', text)          # only the table's scroll box
+    assert len(focusable) == 1 and 'class="ax-table-scroll"' in focusable[0], focusable
+
+
+def _hex(c: str) -> tuple[int, int, int]:
+    return tuple(int(c[k:k + 2], 16) for k in (1, 3, 5))
+
+
+def _lum(c) -> float:
+    lin = [v / 255 / 12.92 if v / 255 <= 0.03928 else ((v / 255 + 0.055) / 1.055) ** 2.4 for c_ in [c] for v in c_]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _ratio(a, b) -> float:
+    hi, lo = sorted((_lum(a), _lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_every_text_colour_meets_4_5_to_1():
+    css = _asset("explore.css")
+    white = (255, 255, 255)
+    text_colours = re.findall(r"(?<![-\w])(?:color|fill):\s*(#[0-9a-fA-F]{6})", css)
+    assert "#9a9a9a" not in css.lower()                                    # the old masked-key grey: 2.81:1
+    assert len(text_colours) >= 8
+    for c in text_colours:                                                  # every text sits on the white card
+        assert _ratio(_hex(c), white) >= 4.5, (c, round(_ratio(_hex(c), white), 2))
+    # a cell's number: black or white, whichever contrasts more with the cell, at every weight (JS's rgb and ink)
+    stops = [(247, 251, 255), (198, 219, 239), (107, 174, 214), (33, 113, 181), (8, 48, 107)]
+    assert "[[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]]" in \
+        _asset("explore.js")
+    worst = 21.0
+    for n in range(1001):
+        x = n / 1000 * 4
+        k = min(int(x), 3)
+        f = x - k
+        cell = tuple(math.floor(stops[k][c] + f * (stops[k + 1][c] - stops[k][c]) + 0.5) for c in range(3))
+        L = _lum(cell)
+        ink = (0, 0, 0) if (L + 0.05) / 0.05 >= 1.05 / (L + 0.05) else white
+        worst = min(worst, _ratio(ink, cell))
+    assert worst >= 4.5, worst
+
+
+def test_identical_bytes_in_a_fresh_process():
+    """Nothing in the HTML depends on the process: hash seeds, dict order, the order assets were read."""
+    code = ("import hashlib, torch; from attnlib.explore import explore; "
+            "S = torch.arange(2 * 3 * 36, dtype=torch.float64).reshape(2, 3, 6, 6).sin() * 3; "
+            "f = explore(S, [' the', ' cat', ' chase', 's', ' the', ' dog'], 8, title='t', "
+            "controls=('scale', 'mask', 'temperature')); "
+            "print(hashlib.sha256(f.html.encode()).hexdigest())")
+    S = torch.arange(2 * 3 * 36, dtype=torch.float64).reshape(2, 3, 6, 6).sin() * 3
+    here = explore(S, TOKENS, 8, title="t", controls=("scale", "mask", "temperature")).html
+    want = hashlib.sha256(here.encode()).hexdigest()
+    lib = os.pathsep.join([os.path.dirname(os.path.dirname(attnlib.__file__)), os.environ.get("PYTHONPATH", "")])
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": lib})
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == want

@@ -316,7 +316,8 @@ def run_axe(page, **rules) -> list[dict]:
     """axe-core's serious and critical violations on the page: (rule, impact, selector, snippet) of each node."""
     from axe_playwright_python.sync_playwright import Axe
 
-    options = {"runOnly": {"type": "tag", "values": AXE_TAGS}, "resultTypes": ["violations"]}
+    options = {"runOnly": {"type": "tag", "values": AXE_TAGS}, "resultTypes": ["violations"],
+               "preload": False}   # no preload: axe would refetch the theme's @import, a 404 in the console
     if rules:
         options["rules"] = {name: {"enabled": on} for name, on in rules.items()}
     found = Axe().run(page, options=options).response["violations"]
@@ -1129,6 +1130,348 @@ def test_interactive_figures_without_scripts_show_how_to_bring_them_to_life(site
             assert note.count() == 1 and note.is_visible(), f"{docs[0]}: figure {n} shows no fallback text"
             assert "run this cell or trust the notebook" in note.inner_text()
             assert figures.nth(n).locator("svg").count() == 0
+    finally:
+        context.close()
+    assert not outside, outside
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Interactive attention figures for every reader: keyboard, screen reader, phone, contrast (issue 22)
+# Paste below test_interactive_figures_without_scripts_show_how_to_bring_them_to_life in tests/test_rendered_book.py.
+# Uses from that module: EXPLORE_CHAPTERS, READOUT, TOC_PAGES, browser_test, new_page, _figures_in,
+# _expected_weights, _contrast, _is_local, and the fixtures site, browser, build (no new imports at module level;
+# axe_playwright_python and json are imported inside the tests).
+# ----------------------------------------------------------------------------------------------------------------
+
+AX_SUMMARY = re.compile(r"query (\d+):.* reads (\d+) keys; largest weight (\d\.\d{3}) on key (\d+):")
+AX_LABEL = re.compile(r"attention weights(?: of (?:\w+ \d+ )?head \d+)? over \d+ tokens")
+AX_WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]},
+           "resultTypes": ["violations"], "preload": False}   # no preload: axe would refetch the theme's @import
+
+# What the page says about one figure: its state, where the tab stops are, what has the focus.
+AX_FOCUS_JS = """(f) => {
+  const a = document.activeElement, on = a && f.contains(a);
+  const frame = f.querySelector('.ax-focus');
+  return {
+    cell: on && a.matches('rect.ax-cell') ? [+a.dataset.i, +a.dataset.j] : null,
+    query: on && a.matches('text.ax-query') ? +a.dataset.i : null,
+    tag: a ? a.tagName + '.' + (a.getAttribute('class') || '') : null,
+    cellStops: Array.from(f.querySelectorAll('rect.ax-cell[tabindex="0"]')).map(r => [+r.dataset.i, +r.dataset.j]),
+    queryStops: f.querySelectorAll('text.ax-query[tabindex="0"]').length,
+    frame: frame.getAttribute('visibility') + ' ' + (frame.getAttribute('transform') || ''),
+    selected: Array.from(f.querySelectorAll('text.ax-query[aria-selected="true"]')).map(t => +t.dataset.i),
+    live: f.querySelector('[aria-live="polite"]').textContent,
+  };
+}"""
+
+
+def _ax_state(data: dict) -> dict:
+    s0 = data["state"]
+    return {"layer": s0["layer"], "head": s0["head"], "scaled": s0["scaled"], "causal": s0["causal"],
+            "tau": s0["temperature"]}
+
+
+def _ax_check_announced(text: str, i: int, j: int, P, causal: bool, where: str) -> None:
+    """The live readout names query i, key j and the library's weight P[i, j] to the 3 decimals it shows."""
+    m = READOUT.search(text)
+    assert m and (int(m.group(1)), int(m.group(2))) == (i, j), f"{where}: cell ({i}, {j}) announces {text!r}"
+    if causal and j > i:
+        assert m.group(3) is None and "masked" in text, f"{where}: ({i}, {j}) is a future key: {text!r}"
+    else:
+        assert m.group(3) is not None, f"{where}: {text!r}"
+        assert abs(float(m.group(3)) - float(P[i, j])) <= 5e-4 + 1e-9, (
+            f"{where}: cell ({i}, {j}) announces {m.group(3)}, the library gives {float(P[i, j]):.6f}")
+
+
+def _ax_start_before(page, fig) -> None:
+    """Put the sequential focus starting point at the top of the figure (a click on its title or its padding)."""
+    title = fig.locator(".ax-title")
+    if title.count():
+        title.click()
+    else:
+        fig.click(position={"x": 2, "y": 2})
+
+
+@browser_test
+@pytest.mark.parametrize("doc", [d for d in EXPLORE_CHAPTERS if d in TOC_PAGES])
+def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
+    """Tab reaches the heatmap (one tab stop), the arrow keys move between cells, Home/End and Ctrl+Home/End go to
+    the ends, and the polite live readout announces each cell's query, key and the library's weight; Enter picks
+    the query; the query tokens are one more tab stop; the table behind the summary holds the library's weights.
+    The figure's pictures say what they show, and axe-core (WCAG 2.1 A/AA) finds nothing in the figure."""
+    if not _figures_in(build, doc):
+        pytest.fail(f"{doc} has no interactive attention figure")
+    import json
+
+    from axe_playwright_python.sync_playwright import Axe
+
+    outside: list[str] = []
+    errors: list[str] = []
+    context, page = new_page(browser, site, outside)
+    try:
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("response", lambda r: r.status >= 400 and errors.append(f"{r.status} {r.url}"))
+        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
+        figures = page.locator("div.attnlib-explore")
+        for n in range(figures.count()):
+            fig = figures.nth(n)
+            where = f"{doc}: figure {n}"
+            fig.scroll_into_view_if_needed()
+            data = json.loads(fig.locator('script[type="application/json"]').text_content())
+            T, state = data["T"], _ax_state(data)
+            P = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"],
+                                  state["tau"])
+            q0 = data["state"]["query"]
+            # what each part is
+            heat, view = fig.locator("svg.ax-heatmap"), fig.locator("svg.ax-tokens")
+            assert heat.get_attribute("role") == "grid" and view.get_attribute("role") == "listbox", where
+            label = heat.get_attribute("aria-label")
+            assert AX_LABEL.fullmatch(label) and f"over {T} tokens" in label, f"{where}: heatmap label {label!r}"
+            if data["L"] > 1:
+                assert f"{data['layerLabel']} {state['layer']} head {state['head']}" in label, label
+            assert "query" in view.get_attribute("aria-label"), where
+            assert fig.locator("g[role='row']").count() == T and fig.locator("[role='gridcell']").count() == T * T
+            assert fig.locator("[role='option']").count() == T, where
+            # one tab stop in the heatmap, one in the tokens
+            facts = fig.evaluate(AX_FOCUS_JS)
+            assert facts["cellStops"] == [[q0, 0]] and facts["queryStops"] == 1, f"{where}: {facts}"
+            _ax_start_before(page, fig)
+            for _ in range(12):
+                page.keyboard.press("Tab")
+                facts = fig.evaluate(AX_FOCUS_JS)
+                if facts["cell"] is not None:
+                    break
+            assert facts["cell"] == [q0, 0], f"{where}: Tab did not reach the heatmap (focus on {facts['tag']})"
+            assert facts["frame"].startswith("visible"), f"{where}: the focused cell shows no frame: {facts}"
+            _ax_check_announced(facts["live"], q0, 0, P, state["causal"], where)
+            # a walk with the keys; expected position after each
+            i, j = q0, 0
+            walk = [("ArrowRight", 0, 1), ("ArrowRight", 0, 1), ("ArrowUp", -1, 0), ("ArrowLeft", 0, -1),
+                    ("End", None, None), ("ArrowDown", 1, 0), ("Home", None, None), ("Control+Home", None, None),
+                    ("ArrowUp", -1, 0), ("ArrowLeft", 0, -1), ("Control+End", None, None), ("ArrowDown", 1, 0),
+                    ("ArrowRight", 0, 1)]
+            for key, di, dj in walk:
+                page.keyboard.press(key)
+                if key == "End":
+                    j = T - 1
+                elif key == "Home":
+                    j = 0
+                elif key == "Control+Home":
+                    i, j = 0, 0
+                elif key == "Control+End":
+                    i, j = T - 1, T - 1
+                else:
+                    i, j = min(T - 1, max(0, i + di)), min(T - 1, max(0, j + dj))
+                facts = fig.evaluate(AX_FOCUS_JS)
+                assert facts["cell"] == [i, j], f"{where}: after {key} focus is on {facts['cell']}, not {[i, j]}"
+                assert facts["cellStops"] == [[i, j]], f"{where}: after {key}, tab stops {facts['cellStops']}"
+                _ax_check_announced(facts["live"], i, j, P, state["causal"], f"{where}, {key}")
+            for key in ("Enter", " "):                               # picks the row's query
+                page.keyboard.press("Control+Home")
+                page.keyboard.press("ArrowDown")
+                page.keyboard.press(key)
+                facts = fig.evaluate(AX_FOCUS_JS)
+                m = AX_SUMMARY.search(facts["live"])
+                assert m and int(m.group(1)) == 1 and facts["selected"] == [1], f"{where}, {key!r}: {facts}"
+                assert abs(float(m.group(3)) - float(P[1].max())) <= 5e-4 + 1e-9, facts["live"]
+                assert int(m.group(2)) == (2 if state["causal"] else T)
+            # the query tokens: one more tab stop; the arrows pick a query, as hovering does
+            page.keyboard.press("Tab")
+            facts = fig.evaluate(AX_FOCUS_JS)
+            assert facts["query"] == 1, f"{where}: Tab after the heatmap lands on {facts['tag']}"
+            for key, want in (("ArrowDown", 2), ("End", T - 1), ("ArrowUp", T - 2), ("Home", 0)):
+                page.keyboard.press(key)
+                facts = fig.evaluate(AX_FOCUS_JS)
+                m = AX_SUMMARY.search(facts["live"])
+                assert facts["query"] == want and facts["selected"] == [want] and m and int(m.group(1)) == want, \
+                    f"{where}, tokens, {key}: {facts}"
+                assert abs(float(m.group(3)) - float(P[want].max())) <= 5e-4 + 1e-9, facts["live"]
+            # the text alternative: the next tab stop opens the table, which holds the library's weights
+            page.keyboard.press("Tab")
+            assert page.evaluate("() => document.activeElement.tagName") == "SUMMARY", where
+            page.keyboard.press("Enter")
+            shown = fig.evaluate("""(f) => { const t = f.querySelector('.ax-table table');
+                return {open: t.closest('details').open, visible: t.getBoundingClientRect().height > 0,
+                        caption: t.caption.textContent,
+                        cells: Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).slice(1)
+                                                                    .map(c => c.textContent))}; }""")
+            assert shown["open"] and shown["visible"], f"{where}: Enter on the summary did not open the table"
+            assert shown["caption"].startswith(label), (shown["caption"], label)
+            for a in range(T):
+                for b in range(T):
+                    v = shown["cells"][a][b]
+                    if state["causal"] and b > a:
+                        assert v == "\u2014", f"{where}: table ({a}, {b}) = {v!r}, a masked key"
+                    else:
+                        assert abs(float(v) - float(P[a, b])) <= 5e-4 + 1e-9, (
+                            f"{where}: table ({a}, {b}) = {v}, the library gives {float(P[a, b]):.6f}")
+            # axe-core on the figure, table open
+            found = Axe().run(page, context=".attnlib-explore", options=AX_WCAG).response["violations"]
+            assert not found, f"{where}: axe-core finds " + "; ".join(
+                f"{v['id']} ({v['impact']}): {[nd['target'] for nd in v['nodes']][:3]}" for v in found)
+            fig.evaluate("(f) => { f.querySelector('.ax-table').open = false; }")
+    finally:
+        context.close()
+    assert not outside, f"{doc}: requests to other hosts: {outside}"
+    assert not errors, f"{doc}: console errors:\n" + "\n".join(errors)
+
+
+@browser_test
+@pytest.mark.parametrize("doc", [d for d in EXPLORE_CHAPTERS if d in TOC_PAGES])
+def test_interactive_figures_fit_a_phone(site, browser, build, doc):
+    """At 390 × 844 on a touch screen: the heatmap is no wider than its card and shows every column, the readout
+    sits right under it after a tap and stays on screen while the reader taps the last query token, and the help
+    text says "Tap", never "Hover"."""
+    if not _figures_in(build, doc):
+        pytest.fail(f"{doc} has no interactive attention figure")
+    outside: list[str] = []
+    context = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True,
+                                  service_workers="block")
+    context.route("**/*", lambda r: r.continue_() if _is_local(r.request.url, site)
+                  else (outside.append(r.request.url), r.abort()))
+    try:
+        page = context.new_page()
+        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
+        assert page.evaluate("() => matchMedia('(hover: none)').matches"), "the phone context still hovers"
+        figures = page.locator("div.attnlib-explore")
+        for n in range(figures.count()):
+            fig = figures.nth(n)
+            where = f"{doc}: figure {n} at 390 px"
+            fig.scroll_into_view_if_needed()
+            T = int(fig.evaluate("(f) => JSON.parse(f.querySelector('script[type=\"application/json\"]')"
+                                 ".textContent).T"))
+            box = fig.evaluate("""(f) => {
+                const c = f.getBoundingClientRect(), cs = getComputedStyle(f);
+                const inner = [c.left + parseFloat(cs.borderLeftWidth) + parseFloat(cs.paddingLeft),
+                               c.right - parseFloat(cs.borderRightWidth) - parseFloat(cs.paddingRight)];
+                const h = f.querySelector('svg.ax-heatmap').getBoundingClientRect();
+                const cols = Array.from(f.querySelectorAll('rect.ax-cell')).map(r => r.getBoundingClientRect());
+                return {card: [c.left, c.right], inner, heat: [h.left, h.right],
+                        cellsRight: Math.max(...cols.map(r => r.right)),
+                        scroll: f.scrollWidth - f.clientWidth, page: document.documentElement.scrollWidth,
+                        help: Array.from(f.querySelectorAll('.ax-help span')).filter(s => s.offsetParent)
+                                   .map(s => s.innerText)};
+            }""")
+            assert box["heat"][1] - box["heat"][0] <= box["inner"][1] - box["inner"][0] + 0.5, f"{where}: {box}"
+            assert box["heat"][0] >= box["inner"][0] - 0.5 and box["heat"][1] <= box["inner"][1] + 0.5, box
+            assert box["cellsRight"] <= box["inner"][1] + 0.5, f"{where}: the last column is cut off: {box}"
+            assert box["scroll"] <= 1, f"{where}: the card scrolls sideways by {box['scroll']} px"
+            assert box["help"] and all("hover" not in t.lower() for t in box["help"]), \
+                f"{where}: the help shown on a phone says {box['help']}"
+            assert any("Tap" in t for t in box["help"]), box["help"]
+            # tap a cell of the last row: the readout is right under the heatmap, on screen
+            fig.locator(f"rect.ax-cell[data-i='{T - 1}'][data-j='{T // 2}']").tap()
+            spot = fig.evaluate("""(f) => {
+                const h = f.querySelector('svg.ax-heatmap').getBoundingClientRect(),
+                      r = f.querySelector('[aria-live="polite"]').getBoundingClientRect();
+                return {gap: r.top - h.bottom, top: r.top, bottom: r.bottom, vh: innerHeight,
+                        text: f.querySelector('[aria-live="polite"]').textContent};
+            }""")
+            assert READOUT.search(spot["text"]), f"{where}: a tap on a cell announces {spot['text']!r}"
+            assert -1 <= spot["gap"] <= 40, f"{where}: the readout is {spot['gap']:.0f} px below the heatmap"
+            assert 0 <= spot["top"] and spot["bottom"] <= spot["vh"], f"{where}: readout off screen: {spot}"
+            # tap the last query token (far below on a phone): the readout is still on screen
+            last = fig.locator(f"text.ax-query[data-i='{T - 1}']")
+            last.scroll_into_view_if_needed()
+            last.tap()
+            spot = fig.evaluate("""(f) => { const r = f.querySelector('[aria-live="polite"]').getBoundingClientRect();
+                return {top: r.top, bottom: r.bottom, vh: innerHeight,
+                        text: f.querySelector('[aria-live="polite"]').textContent}; }""")
+            assert AX_SUMMARY.search(spot["text"]) and AX_SUMMARY.search(spot["text"]).group(1) == str(T - 1), spot
+            assert 0 <= spot["top"] and spot["bottom"] <= spot["vh"], f"{where}: readout off screen: {spot}"
+    finally:
+        context.close()
+    assert not outside, outside
+
+
+AX_TEXT_CONTRAST_JS = """(f) => {
+  // Every piece of SVG text against what it sits on: a cell's number on its cell, the rest on the white card.
+  const bg = getComputedStyle(f).backgroundColor, out = [];
+  f.querySelectorAll('svg text').forEach(t => {
+    if (!t.textContent || getComputedStyle(t).display === 'none') return;
+    let under = bg;
+    if (t.classList.contains('ax-cell-text')) {
+      const x = +t.getAttribute('x'), y = +t.getAttribute('y');
+      const cell = Array.from(f.querySelectorAll('rect.ax-cell')).find(r =>
+        +r.getAttribute('x') <= x && x <= +r.getAttribute('x') + +r.getAttribute('width') &&
+        +r.getAttribute('y') <= y && y <= +r.getAttribute('y') + +r.getAttribute('height'));
+      under = getComputedStyle(cell).fill;
+    }
+    out.push([t.getAttribute('class') || '', t.textContent, getComputedStyle(t).fill, under]);
+  });
+  return out;
+}"""
+
+
+@browser_test
+@pytest.mark.parametrize("doc", [d for d in EXPLORE_CHAPTERS if d in TOC_PAGES])
+def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, build, doc):
+    """The contrast of every text in the figure, computed in the page: cell numbers on their cells at every weight
+    the controls reach (every τ of the slider, every switch, every head), masked key labels, the picked query,
+    and axe-core's color-contrast on the figure's HTML text (controls, readout, help, table)."""
+    if not _figures_in(build, doc):
+        pytest.fail(f"{doc} has no interactive attention figure")
+    import json
+
+    from axe_playwright_python.sync_playwright import Axe
+
+    outside: list[str] = []
+    context, page = new_page(browser, site, outside)
+    try:
+        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
+        figures = page.locator("div.attnlib-explore")
+        for n in range(figures.count()):
+            fig = figures.nth(n)
+            where = f"{doc}: figure {n}"
+            fig.scroll_into_view_if_needed()
+            data = json.loads(fig.locator('script[type="application/json"]').text_content())
+            worst: dict[str, float] = {}
+            bad: list[str] = []
+
+            def measure(what: str, fig=fig, worst=worst, bad=bad) -> None:
+                for cls, text, fg, under in fig.evaluate(AX_TEXT_CONTRAST_JS):
+                    ratio = _contrast(fg, under)
+                    kind = "cell number" if "ax-cell-text" in cls else (cls.split()[-1] if cls else "text")
+                    worst[kind] = min(worst.get(kind, 99.0), ratio)
+                    if ratio < 4.5:
+                        bad.append(f"{what}: {kind} {text!r} {fg} on {under}: {ratio:.2f}")
+
+            fig.locator(f"text.ax-query[data-i='{data['T'] // 2}']").hover()     # masked keys and a picked query
+            measure("first state")
+            if data["controls"]["temperature"]:
+                lo, hi, step = data["tempRange"]
+                for k in range(round((hi - lo) / step) + 1):
+                    fig.locator("input.ax-temp").evaluate(
+                        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }",
+                        f"{lo + k * step:.1f}")
+                    measure(f"tau {lo + k * step:.1f}")
+            for switch in ("scale", "mask"):
+                if data["controls"][switch]:
+                    fig.locator(f"input.ax-{switch}").click()
+                    measure(f"{switch} switched")
+                    fig.locator(f"input.ax-{switch}").click()
+            if data["L"] > 1 or data["h"] > 1:
+                for layer in range(data["L"]):
+                    for head in range(data["h"]):
+                        if data["L"] > 1:
+                            fig.locator("select.ax-layer").select_option(str(layer))
+                        if data["h"] > 1:
+                            fig.locator("select.ax-head").select_option(str(head))
+                        measure(f"layer {layer} head {head}")
+            assert not bad, f"{where}: text below 4.5:1:\n" + "\n".join(bad[:20])
+            if data["T"] <= 10:
+                assert "cell number" in worst, f"{where}: the cells show no numbers"
+            fig.evaluate("(f) => { f.querySelector('.ax-table').open = true; }")
+            for theme in ("light", "dark"):                   # the card stays white on the dark page
+                page.evaluate("(t) => { document.documentElement.dataset.theme = t; }", theme)
+                found = Axe().run(page, context=".attnlib-explore",
+                                  options={"runOnly": ["color-contrast"], "resultTypes": ["violations"],
+                                           "preload": False}).response["violations"]
+                assert not found, f"{where}, {theme} theme: axe color-contrast: " + "; ".join(
+                    f"{nd['target']}: {nd.get('failureSummary', '')[:160]}" for v in found for nd in v["nodes"][:5])
+            page.evaluate("() => { document.documentElement.dataset.theme = 'light'; }")
+            fig.evaluate("(f) => { f.querySelector('.ax-table').open = false; }")
     finally:
         context.close()
     assert not outside, outside

@@ -1,6 +1,9 @@
 /* attnlib.explore: one interactive attention figure. Inlined by attnlib/explore.py after its JSON data.
    Finds its own container through document.currentScript (no element ids), reads the raw scores S = Q K^T,
-   and computes P = softmax(S / (sqrt(d_k) * tau) + M) itself whenever a control changes. */
+   and computes P = softmax(S / (sqrt(d_k) * tau) + M) itself whenever a control changes.
+   Keyboard: the heatmap is an ARIA grid with one tab stop (roving tabindex; arrows, Home/End, Ctrl+Home/End,
+   Enter or Space picks the row's query); the query tokens are a listbox with one tab stop. The readout is a
+   polite live region; the weights table inside <details> follows every control. */
 (function (script) {
   "use strict";
   var root = script && script.parentElement;
@@ -13,6 +16,8 @@
   if (!source) return;
   var data = JSON.parse(source.textContent);
   root.setAttribute("data-ax-ready", "1");
+  root.setAttribute("role", "group");
+  root.setAttribute("aria-label", "interactive attention figure" + (data.title ? ": " + data.title : ""));
 
   var SVG = "http://www.w3.org/2000/svg";
   var T = data.T, st = data.state, labels = data.labels;
@@ -32,6 +37,20 @@
     return e;
   }
   function name(i) { return i + ":" + labels[i]; }
+  // The same words as _label and _caption in explore.py.
+  function label() {
+    var which = data.L > 1 ? " of " + data.layerLabel + " " + st.layer + " head " + st.head :
+      (data.h > 1 ? " of head " + st.head : "");
+    return "attention weights" + which + " over " + T + " tokens";
+  }
+  function caption() {
+    var parts = [label()];
+    if (data.controls.scale) parts.push(st.scaled ? "divided by \u221Ad_k" : "not divided by \u221Ad_k");
+    if (data.controls.mask) parts.push(st.causal ? "causal mask on" : "causal mask off");
+    if (data.controls.temperature) parts.push("temperature \u03C4 = " + st.temperature.toFixed(2));
+    var text = parts.join(", ") + ". Rows: queries i; columns: keys j; 3 decimals";
+    return text + (st.causal ? "; \u2014: a future key, masked (weight 0)." : ".");
+  }
 
   // ------------------------------------------------------------------------------------------ the numbers
   function weights() {
@@ -53,16 +72,35 @@
   }
   // Matplotlib's "Blues", five stops.
   var STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-  function colour(w) {
+  function rgb(w) {
     var x = Math.max(0, Math.min(1, w)) * (STOPS.length - 1), k = Math.min(Math.floor(x), STOPS.length - 2);
     var f = x - k, a = STOPS[k], b = STOPS[k + 1];
-    return "rgb(" + [0, 1, 2].map(function (c) { return Math.round(a[c] + f * (b[c] - a[c])); }).join(",") + ")";
+    return [0, 1, 2].map(function (c) { return Math.round(a[c] + f * (b[c] - a[c])); });
+  }
+  // WCAG relative luminance; black or white text, whichever contrasts more (at least 4.58:1 on any colour).
+  function luminance(c) {
+    var lin = c.map(function (v) { v = v / 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+  }
+  function ink(c) {
+    var L = luminance(c);
+    return (L + 0.05) / 0.05 >= 1.05 / (L + 0.05) ? "#000000" : "#ffffff";
   }
 
   // ------------------------------------------------------------------------------------------ the controls
-  if (data.title) root.appendChild(el("div", "ax-title", data.title));
+  var help = root.querySelector(".ax-help");
+  var readout = root.querySelector(".ax-readout") || el("div", "ax-readout");
+  readout.setAttribute("role", "status");
+  readout.setAttribute("aria-live", "polite");
+  readout.setAttribute("aria-atomic", "true");
+  var tableBox = root.querySelector(".ax-table-scroll");
+  var table = root.querySelector(".ax-table table");
+  function place(node) {
+    if (help && help.parentNode === root) root.insertBefore(node, help); else root.appendChild(node);
+  }
+  if (data.title) place(el("div", "ax-title", data.title));
   var bar = el("div", "ax-controls");
-  root.appendChild(bar);
+  place(bar);
   function menu(cls, word, n, value, onchange) {
     var lab = el("label", "ax-control"), sel = el("select", cls);
     lab.appendChild(document.createTextNode(word + " "));
@@ -113,79 +151,120 @@
 
   // ------------------------------------------------------------------------------------------ the pictures
   var panes = el("div", "ax-panes");
-  root.appendChild(panes);
+  place(panes);
   var longest = 0;
   for (var t = 0; t < T; t++) longest = Math.max(longest, name(t).length);
   var cell = Math.max(12, Math.min(34, Math.floor(420 / T)));
   var font = Math.min(12, cell - 1);
-  var margin = 10 + longest * font * 0.62;
-  var side = margin + T * cell + 6;
-  var heat = svg("svg", {"class": "ax-heatmap", width: side, height: side,
-                         viewBox: "0 0 " + side + " " + side, role: "img",
-                         "aria-label": "attention weights: rows are queries, columns are keys"});
-  panes.appendChild(heat);
+  var lab = longest * font * 0.62;                     // a label's length (monospace)
+  var margin = 10 + lab;
+  // The last column's label, turned by 60 degrees, reaches half its length to the right of its column.
+  var heatW = Math.ceil(margin + (T - 0.5) * cell + 0.5 * lab + font + 4), heatH = Math.ceil(margin + T * cell + 6);
+  var heatBox = el("div", "ax-heat");
+  panes.appendChild(heatBox);
+  // tabindex -1 on each <svg>: Chromium would make the picture itself one more tab stop.
+  var heat = svg("svg", {"class": "ax-heatmap", width: heatW, height: heatH,
+                         viewBox: "0 0 " + heatW + " " + heatH, role: "grid", "aria-label": label(), tabindex: -1,
+                         "aria-rowcount": T, "aria-colcount": T}, heatBox);
+  var axes = svg("g", {"aria-hidden": "true"}, heat);
   var cells = [], texts = [];
   for (var i = 0; i < T; i++) {
     svg("text", {x: margin - 4, y: margin + (i + 0.5) * cell, "text-anchor": "end",
-                 "dominant-baseline": "central", "font-size": font, "class": "ax-row-label"}, heat)
+                 "dominant-baseline": "central", "font-size": font, "class": "ax-row-label"}, axes)
       .textContent = name(i);
     var cx = margin + (i + 0.5) * cell;
     svg("text", {x: cx, y: margin - 4, "text-anchor": "start", "font-size": font, "class": "ax-col-label",
-                 transform: "rotate(-60 " + cx + " " + (margin - 4) + ")"}, heat).textContent = name(i);
+                 transform: "rotate(-60 " + cx + " " + (margin - 4) + ")"}, axes).textContent = name(i);
+  }
+  for (i = 0; i < T; i++) {
+    var rowG = svg("g", {role: "row", "aria-rowindex": i + 1, "aria-label": "query " + name(i)}, heat);
     var row = [], trow = [];
     for (var j = 0; j < T; j++) {
       var r = svg("rect", {x: margin + j * cell, y: margin + i * cell, width: cell - 1, height: cell - 1,
-                           "class": "ax-cell", "data-i": i, "data-j": j}, heat);
+                           "class": "ax-cell", "data-i": i, "data-j": j, role: "gridcell", tabindex: -1,
+                           "aria-colindex": j + 1, "aria-label": "key " + name(j)}, rowG);
       row.push(r);
-      if (T <= 10) {
-        var tx = svg("text", {x: margin + (j + 0.5) * cell, y: margin + (i + 0.5) * cell, "text-anchor": "middle",
-                              "dominant-baseline": "central", "font-size": Math.min(10, font),
-                              "class": "ax-cell-text"}, heat);
-        trow.push(tx);
-      }
     }
     cells.push(row);
-    texts.push(trow);
   }
-  var frame = svg("rect", {"class": "ax-focus", width: cell - 1, height: cell - 1, fill: "none",
-                           visibility: "hidden"}, heat);
+  if (T <= 10) {
+    var numbers = svg("g", {"aria-hidden": "true"}, heat);
+    for (i = 0; i < T; i++) {
+      var trow2 = [];
+      for (j = 0; j < T; j++) {
+        trow2.push(svg("text", {x: margin + (j + 0.5) * cell, y: margin + (i + 0.5) * cell, "text-anchor": "middle",
+                                "dominant-baseline": "central", "font-size": Math.min(10, font),
+                                "class": "ax-cell-text"}, numbers));
+      }
+      texts.push(trow2);
+    }
+  }
+  // The frame around the cell that is read: dark outside, white inside, visible on light and dark cells.
+  var frame = svg("g", {"class": "ax-focus", visibility: "hidden", "aria-hidden": "true"}, heat);
+  svg("rect", {"class": "ax-focus-out", x: -1.5, y: -1.5, width: cell + 2, height: cell + 2, fill: "none"}, frame);
+  svg("rect", {"class": "ax-focus-in", x: 0.5, y: 0.5, width: cell - 2, height: cell - 2, fill: "none"}, frame);
 
   var rowH = Math.max(14, Math.min(24, Math.floor(440 / T)));
-  var tokW = 10 + longest * 7, tvW = 2 * tokW + 110, tvH = T * rowH + 10;
+  var tokW = 12 + longest * 7.3, tvW = Math.ceil(2 * tokW + 110), tvH = T * rowH + 10;
   var view = svg("svg", {"class": "ax-tokens", width: tvW, height: tvH, viewBox: "0 0 " + tvW + " " + tvH,
-                         role: "img", "aria-label": "lines from a query token to the keys it reads"});
+                         role: "listbox", "aria-orientation": "vertical", "aria-label": "", tabindex: -1});
+  panes.appendChild(readout);
   panes.appendChild(view);
-  var lines = svg("g", {"class": "ax-lines"}, view);
+  var deco = svg("g", {"aria-hidden": "true"}, view);
+  var qframe = svg("rect", {"class": "ax-qframe", x: 2, width: tokW, height: rowH, fill: "none",
+                            visibility: "hidden"}, deco);
+  var lines = svg("g", {"class": "ax-lines"}, deco);
   var qTok = [], kTok = [];
   for (var p = 0; p < T; p++) {
     var y = 5 + (p + 0.5) * rowH;
     var q = svg("text", {x: tokW, y: y, "text-anchor": "end", "dominant-baseline": "central",
-                         "class": "ax-query", "data-i": p, "font-size": 12}, view);
+                         "class": "ax-query", "data-i": p, "font-size": 12, role: "option", tabindex: -1,
+                         "aria-selected": "false", "aria-label": "query " + name(p)}, view);
     q.textContent = name(p);
     var k = svg("text", {x: tokW + 110, y: y, "text-anchor": "start", "dominant-baseline": "central",
-                         "class": "ax-key", "data-j": p, "font-size": 12}, view);
+                         "class": "ax-key", "data-j": p, "font-size": 12}, deco);
     k.textContent = name(p);
     qTok.push(q);
     kTok.push(k);
   }
-  var readout = el("div", "ax-readout");
-  root.appendChild(readout);
-  root.appendChild(el("div", "ax-help", "Rows: queries i; columns: keys j. Hover a cell or a query token " +
-                                         "(left column) to read its weights."));
+  var tdRows = table ? Array.prototype.slice.call(table.tBodies[0].rows).map(function (tr) {
+    return Array.prototype.slice.call(tr.cells, 1);
+  }) : [];
+
+  // ------------------------------------------------------------------------------------------ the layout
+  // Side by side where both pictures fit; else one column, the readout under the heatmap (sticky: it stays on
+  // screen while the reader taps the tokens below). The pictures scale down to the card (CSS max-width).
+  function fit() {
+    var cs = getComputedStyle(root);
+    var inner = root.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    if (inner > 0) root.classList.toggle("ax-narrow", inner < heatW + 24 + tvW);
+  }
+  fit();
+  if (window.ResizeObserver) new ResizeObserver(fit).observe(root);
+  else window.addEventListener("resize", fit);
 
   // ------------------------------------------------------------------------------------------ drawing
   var P = null, focus = {i: st.query, j: null};
+  var at = {i: st.query, j: 0}, atQuery = st.query;  // the one cell and the one token that take the Tab key
+  var inHeat = false, inView = false;
+  function say(text) { if (readout.textContent !== text) readout.textContent = text; }
   function describe() {
     var i = focus.i, j = focus.j;
     if (j === null) {
       var best = 0;
       for (var c = 1; c < T; c++) if (P[i][c] > P[i][best]) best = c;
-      readout.textContent = "query " + name(i) + " reads " + (st.causal ? i + 1 : T) + " keys; largest weight " +
-        P[i][best].toFixed(3) + " on key " + name(best);
+      say("query " + name(i) + " reads " + (st.causal ? i + 1 : T) + " keys; largest weight " +
+          P[i][best].toFixed(3) + " on key " + name(best));
     } else if (st.causal && j > i) {
-      readout.textContent = "query " + name(i) + " \u2192 key " + name(j) + ": masked (a future key), weight 0";
+      say("query " + name(i) + " \u2192 key " + name(j) + ": masked (a future key), weight 0");
     } else {
-      readout.textContent = "query " + name(i) + " \u2192 key " + name(j) + ": weight " + P[i][j].toFixed(3);
+      say("query " + name(i) + " \u2192 key " + name(j) + ": weight " + P[i][j].toFixed(3));
+    }
+  }
+  function roving() {
+    for (var i = 0; i < T; i++) {
+      for (var j = 0; j < T; j++) cells[i][j].setAttribute("tabindex", i === at.i && j === at.j ? "0" : "-1");
+      qTok[i].setAttribute("tabindex", i === atQuery ? "0" : "-1");
     }
   }
   function drawLines() {
@@ -201,44 +280,134 @@
     }
     for (var t2 = 0; t2 < T; t2++) {
       qTok[t2].setAttribute("class", t2 === i ? "ax-query ax-on" : "ax-query");
+      qTok[t2].setAttribute("aria-selected", t2 === i ? "true" : "false");
       kTok[t2].setAttribute("class", (st.causal && t2 > i) ? "ax-key ax-off" : "ax-key");
     }
-    if (focus.j === null) {
+    view.setAttribute("aria-label", "query tokens; lines from query " + name(i) +
+                      " to the keys it reads, as strong as the weight");
+    var fi = inHeat ? at.i : focus.i, fj = inHeat ? at.j : focus.j;
+    if (fj === null) {
       frame.setAttribute("visibility", "hidden");
     } else {
-      frame.setAttribute("x", margin + focus.j * cell);
-      frame.setAttribute("y", margin + i * cell);
+      frame.setAttribute("transform", "translate(" + (margin + fj * cell) + " " + (margin + fi * cell) + ")");
       frame.setAttribute("visibility", "visible");
     }
+    qframe.setAttribute("y", 5 + atQuery * rowH);
+    qframe.setAttribute("visibility", inView ? "visible" : "hidden");
     describe();
   }
   function draw() {
     P = weights();
     for (var i = 0; i < T; i++) {
       for (var j = 0; j < T; j++) {
-        var masked = st.causal && j > i;
-        cells[i][j].style.fill = masked ? "#c8c8c8" : colour(P[i][j]);
+        var masked = st.causal && j > i, c = rgb(P[i][j]);
+        cells[i][j].style.fill = masked ? "#c8c8c8" : "rgb(" + c.join(",") + ")";
         cells[i][j].setAttribute("class", masked ? "ax-cell ax-masked" : "ax-cell");
-        if (texts[i].length) {
+        if (texts.length) {
           texts[i][j].textContent = masked ? "" : P[i][j].toFixed(2);
-          texts[i][j].style.fill = P[i][j] > 0.55 ? "#ffffff" : "#1a1a1a";
+          texts[i][j].style.fill = ink(c);
+        }
+        if (tdRows.length) {
+          var v = masked ? "\u2014" : P[i][j].toFixed(3);
+          if (tdRows[i][j].textContent !== v) tdRows[i][j].textContent = v;
         }
       }
     }
+    heat.setAttribute("aria-label", label());
+    if (table && table.caption) table.caption.textContent = caption();
+    if (tableBox) tableBox.setAttribute("aria-label", label());
     drawLines();
   }
+  function index(e, what) { return parseInt(e.getAttribute(what), 10); }
+  function isCell(e) { return e && e.classList && e.classList.contains("ax-cell"); }
+  function isQuery(e) { return e && e.classList && e.classList.contains("ax-query"); }
+
+  // The pointer: hovering reads a cell or a query; a click or a tap also moves the tab stop there.
   heat.addEventListener("mouseover", function (ev) {
-    var t0 = ev.target;
-    if (!t0.classList || !t0.classList.contains("ax-cell") && !t0.classList.contains("ax-cell-text")) return;
-    if (t0.classList.contains("ax-cell-text")) return;
-    focus = {i: parseInt(t0.getAttribute("data-i"), 10), j: parseInt(t0.getAttribute("data-j"), 10)};
+    if (!isCell(ev.target)) return;
+    focus = {i: index(ev.target, "data-i"), j: index(ev.target, "data-j")};
     drawLines();
   });
   view.addEventListener("mouseover", function (ev) {
-    var t0 = ev.target;
-    if (!t0.classList || !t0.classList.contains("ax-query")) return;
-    focus = {i: parseInt(t0.getAttribute("data-i"), 10), j: null};
+    if (!isQuery(ev.target)) return;
+    focus = {i: index(ev.target, "data-i"), j: null};
     drawLines();
   });
+  heat.addEventListener("click", function (ev) {
+    if (!isCell(ev.target)) return;
+    at = {i: index(ev.target, "data-i"), j: index(ev.target, "data-j")};
+    focus = {i: at.i, j: at.j};
+    roving();
+    drawLines();
+  });
+  view.addEventListener("click", function (ev) {
+    if (!isQuery(ev.target)) return;
+    atQuery = index(ev.target, "data-i");
+    focus = {i: atQuery, j: null};
+    roving();
+    drawLines();
+  });
+
+  // The keyboard: focus reads what it lands on.
+  heat.addEventListener("focusin", function (ev) {
+    if (!isCell(ev.target)) return;
+    inHeat = true;
+    at = {i: index(ev.target, "data-i"), j: index(ev.target, "data-j")};
+    focus = {i: at.i, j: at.j};
+    roving();
+    drawLines();
+  });
+  heat.addEventListener("focusout", function () { inHeat = false; drawLines(); });
+  heat.addEventListener("keydown", function (ev) {
+    if (!isCell(ev.target)) return;
+    var i = at.i, j = at.j, key = ev.key;
+    if (key === "ArrowRight") j = Math.min(T - 1, j + 1);
+    else if (key === "ArrowLeft") j = Math.max(0, j - 1);
+    else if (key === "ArrowDown") i = Math.min(T - 1, i + 1);
+    else if (key === "ArrowUp") i = Math.max(0, i - 1);
+    else if (key === "Home") { j = 0; if (ev.ctrlKey) i = 0; }
+    else if (key === "End") { j = T - 1; if (ev.ctrlKey) i = T - 1; }
+    else if (key === "PageUp") i = 0;
+    else if (key === "PageDown") i = T - 1;
+    else if (key === "Enter" || key === " " || key === "Spacebar") {
+      ev.preventDefault();
+      atQuery = at.i;
+      focus = {i: at.i, j: null};
+      roving();
+      drawLines();
+      return;
+    } else return;
+    ev.preventDefault();
+    at = {i: i, j: j};
+    roving();
+    cells[i][j].focus();
+    focus = {i: i, j: j};
+    drawLines();
+  });
+  view.addEventListener("focusin", function (ev) {
+    if (!isQuery(ev.target)) return;
+    inView = true;
+    atQuery = index(ev.target, "data-i");
+    focus = {i: atQuery, j: null};
+    roving();
+    drawLines();
+  });
+  view.addEventListener("focusout", function () { inView = false; drawLines(); });
+  view.addEventListener("keydown", function (ev) {
+    if (!isQuery(ev.target)) return;
+    var i = atQuery, key = ev.key;
+    if (key === "ArrowDown" || key === "ArrowRight") i = Math.min(T - 1, i + 1);
+    else if (key === "ArrowUp" || key === "ArrowLeft") i = Math.max(0, i - 1);
+    else if (key === "Home") i = 0;
+    else if (key === "End") i = T - 1;
+    else if (key !== "Enter" && key !== " " && key !== "Spacebar") return;
+    ev.preventDefault();
+    atQuery = i;
+    roving();
+    qTok[i].focus();
+    focus = {i: i, j: null};
+    drawLines();
+  });
+  roving();
   draw();
 })(document.currentScript);

@@ -13,6 +13,24 @@ Python from the same stored numbers, with the library's ``scale``, ``causal_mask
 
 The HTML is the same bytes on every call: no element ids, no random names, no time stamps. Where scripts do
 not run (a notebook that is not trusted), a sentence stays in their place saying how to bring the figure to life.
+
+Every reader can use it. Beside the pictures, the HTML holds (before any script runs):
+
+- a readout (``role="status"``, ``aria-live="polite"``) that names the query token, the key token and the weight
+  of the cell under the pointer or the keyboard focus, so that a screen reader announces it;
+- help text for both kinds of device, ``.ax-help-hover`` ("Hover … or use the arrow keys") and
+  ``.ax-help-touch`` ("Tap …"); the stylesheet shows the one that fits through ``@media (hover: …)``;
+- the weights as a table inside a ``<details>`` the reader can open, to 3 decimals as the readout shows them,
+  computed by :meth:`AttentionExplorer.weights` (float64) for what the figure shows first; the script rewrites
+  it when a control changes.
+
+The script draws the heatmap as an ARIA grid (rows of gridcells; one tab stop, ``tabindex`` roving: the arrow
+keys move between cells, Home/End go to the row's ends, Ctrl+Home/End to the table's corners, Enter or Space
+picks the row's query) and the query tokens as a listbox (one tab stop; the arrow keys pick a query). Each
+picture carries a label that says what it shows ("attention weights of block 0 head 1 over 16 tokens"). The
+heatmap scales down to its card; on a narrow card the readout sits directly under the heatmap and stays on
+screen (sticky) while the reader taps the tokens below. All text in the figure meets a 4.5:1 contrast: a cell's
+number is black or white, whichever contrasts more with that cell (never below 4.58:1 on any colour).
 """
 
 from __future__ import annotations
@@ -139,7 +157,7 @@ class AttentionExplorer:
     # ----------------------------------------------------------------------------------------- how it shows
     @property
     def html(self) -> str:
-        """The whole figure: fallback sentence, style, data and code, with no id and no external URL."""
+        """The whole figure: fallback sentence, style, readout, help, weights table, data and code; no id, no URL."""
         d = self._data
         sizes = f"{d['L']} blocks × {d['h']} heads, " if d["L"] > 1 else (f"{d['h']} heads, " if d["h"] > 1 else "")
         fallback = (f"Interactive attention figure ({sizes}T = {d['T']} tokens): run this cell or trust the "
@@ -148,9 +166,55 @@ class AttentionExplorer:
             '<div class="attnlib-explore">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'
             f"<style>{_asset('explore.css')}</style>"
+            '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
+            f"{self._help_html()}"
+            f"{self._table_html()}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
             f"<script>{_asset('explore.js')}</script>"
             "</div>"
+        )
+
+    @property
+    def label(self) -> str:
+        """What the heatmap shows first, as its label says: "attention weights of block 0 head 1 over 16 tokens"."""
+        d = self._data
+        return _label(d["L"], d["h"], d["T"], d["state"]["layer"], d["state"]["head"], d["layerLabel"])
+
+    def table(self) -> list[list[str]]:
+        """The text alternative's numbers, as the page writes them: T rows of T strings, 3 decimals, "—" masked."""
+        d, st = self._data, self._data["state"]
+        P = self.weights(st["layer"], st["head"], scaled=st["scaled"], causal=st["causal"],
+                         temperature=st["temperature"]).tolist()
+        T = d["T"]
+        return [["\u2014" if st["causal"] and j > i else f"{P[i][j]:.3f}" for j in range(T)] for i in range(T)]
+
+    def _help_html(self) -> str:
+        hover = ("Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list "
+                 "beside the heatmap) to draw the keys it reads. "
+                 "From the keyboard: Tab to the heatmap, move with the arrow keys (Home/End: the row's ends), "
+                 "Enter picks the row's query.")
+        touch = ("Rows: queries i; columns: keys j. Tap a cell to read its weight, or a query token (the list "
+                 "under the heatmap) to draw the keys it reads. Every weight is in the table below.")
+        return ('<p class="ax-help">'
+                f'<span class="ax-help-hover">{html.escape(hover)}</span>'
+                f'<span class="ax-help-touch">{html.escape(touch)}</span>'
+                "</p>")
+
+    def _table_html(self) -> str:
+        d, st = self._data, self._data["state"]
+        names = [f"{t}:{lab}" for t, lab in enumerate(d["labels"])]
+        cells = self.table()
+        head = "".join(f'<th scope="col">{html.escape(n)}</th>' for n in names)
+        body = "".join(
+            f'<tr><th scope="row">{html.escape(names[i])}</th>' + "".join(f"<td>{v}</td>" for v in row) + "</tr>"
+            for i, row in enumerate(cells))
+        caption = _caption(self.label, d["controls"], st)
+        return (
+            '<details class="ax-table"><summary>The weights as a table</summary>'
+            f'<div class="ax-table-scroll" role="region" tabindex="0" aria-label="{html.escape(self.label)}">'
+            f"<table><caption>{html.escape(caption)}</caption>"
+            f'<thead><tr><th scope="col">query \\ key</th>{head}</tr></thead><tbody>{body}</tbody></table>'
+            "</div></details>"
         )
 
     @property
@@ -167,6 +231,25 @@ class AttentionExplorer:
         switches = [c for c in CONTROLS if d["controls"][c]]
         extra = f", controls: {', '.join(switches)}" if switches else ""
         return f"<interactive attention figure: {what}{extra}>"
+
+
+def _label(L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:
+    """The heatmap's label (explore.js writes the same words when the block or head changes)."""
+    which = f" of {layer_label} {layer} head {head}" if L > 1 else (f" of head {head}" if h > 1 else "")
+    return f"attention weights{which} over {T} tokens"
+
+
+def _caption(label: str, controls: dict, st: dict) -> str:
+    """The table's caption: what it shows, with the switches' settings (explore.js writes the same words)."""
+    parts = [label]
+    if controls["scale"]:
+        parts.append("divided by \u221ad_k" if st["scaled"] else "not divided by \u221ad_k")
+    if controls["mask"]:
+        parts.append("causal mask on" if st["causal"] else "causal mask off")
+    if controls["temperature"]:
+        parts.append(f"temperature \u03c4 = {st['temperature']:.2f}")
+    text = ", ".join(parts) + ". Rows: queries i; columns: keys j; 3 decimals"
+    return text + ("; \u2014: a future key, masked (weight 0)." if st["causal"] else ".")
 
 
 @boundary("_explore_args")

@@ -81,7 +81,7 @@ def mask_picture(M, tokens: list[str], ax=None, title: str = "causal mask M"):
     tokens = require_labels(tokens, M.shape[0])
     ax = _require_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 1.6, 0.5 * len(tokens) + 1.4))[1]
     blocked = np.isneginf(M)
-    ax.imshow(blocked, cmap="Greys", vmin=0, vmax=1.6)
+    ax.imshow(blocked, cmap="Greys", vmin=0, vmax=2.5)   # a light grey: black "−∞" on it reads at 10:1
     for i in range(M.shape[0]):
         for j in range(M.shape[1]):
             ax.text(j, i, "−∞" if blocked[i, j] else f"{M[i, j]:g}", ha="center", va="center", fontsize=8)
