@@ -128,6 +128,27 @@ def hint_leak(text: str, solution: str, known_text: str = "", known_code: str = 
     return None
 
 
+def assert_named_at_both_levels(check, m) -> None:
+    """``check(m.wrong)`` names ``m`` with its first hint and points to ``hint=2``, which names it with its second."""
+    from attnlib.checks._core import MORE
+
+    first, second = check(m.wrong), check(m.wrong, hint=2)
+    assert_named(first, m.label)
+    assert_named(second, m.label)
+    assert first.message.startswith(m.hint) and first.message.endswith(MORE), first
+    assert second.message.startswith(m.more) and MORE not in second.message, second
+
+
+def assert_no_hint_quotes(check, solutions) -> None:
+    """No first-level hint of ``check`` quotes the code of any of the functions ``solutions`` (correct answers
+    other than the book's, which tests/test_exercise_hints.py covers)."""
+    import inspect
+
+    for m in check.mistakes:
+        for f in solutions:
+            assert hint_leak(m.hint, inspect.getsource(f)) is None, (m.label, f.__name__)
+
+
 def stub(*args):
     """An exercise's stub, untouched: the learner edition's function body is `raise NotImplementedError`."""
     raise NotImplementedError

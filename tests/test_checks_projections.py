@@ -14,8 +14,8 @@ from torch import nn
 from attnlib import FusedProjections, Projections
 from attnlib.checks import check_cross_qkv, check_load_projections, check_qkv_params, check_split_fused
 from attnlib.checks import projections as P
-from attnlib.checks._core import _GENERAL, MORE, _close
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named
+from attnlib.checks._core import _GENERAL, _close
+from conftest import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
 
 CHECKERS = [check_load_projections, check_split_fused, check_cross_qkv, check_qkv_params]
 
@@ -308,11 +308,7 @@ PLANTED = [(c, m) for c, ms in TABLES for m in ms]
 
 @pytest.mark.parametrize("check, m", PLANTED, ids=[f"{c.__name__}-{m.label}" for c, m in PLANTED])
 def test_each_planted_mistake_is_named_at_both_hint_levels(check, m):
-    first, second = check(m.wrong), check(m.wrong, hint=2)
-    assert_named(first, m.label)
-    assert_named(second, m.label)
-    assert first.message.startswith(m.hint) and first.message.endswith(MORE), first
-    assert second.message.startswith(m.more) and MORE not in second.message, second
+    assert_named_at_both_levels(check, m)
 
 
 def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
