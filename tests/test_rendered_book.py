@@ -312,18 +312,21 @@ PRINT_CUT_JS = """() => Array.from(document.querySelectorAll('article pre'))
   .map(p => p.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').trim().slice(0, 60))"""
 
 
-def run_axe(page, **rules) -> list[dict]:
-    """axe-core's serious and critical violations on the page: (rule, impact, selector, snippet) of each node."""
+def run_axe(page, context: str | None = None, run_only=None, impacts=("serious", "critical"),
+            **rules) -> list[dict]:
+    """axe-core's violations on the page (or inside ``context``, a CSS selector), those of ``impacts`` (None: all):
+    (rule, impact, selector, snippet, why) of each node. ``run_only`` is the rule set (AXE_TAGS by default);
+    ``rules`` switch single rules on or off."""
     from axe_playwright_python.sync_playwright import Axe
 
-    options = {"runOnly": {"type": "tag", "values": AXE_TAGS}, "resultTypes": ["violations"],
+    options = {"runOnly": run_only or {"type": "tag", "values": AXE_TAGS}, "resultTypes": ["violations"],
                "preload": False}   # no preload: axe would refetch the theme's @import, a 404 in the console
     if rules:
         options["rules"] = {name: {"enabled": on} for name, on in rules.items()}
-    found = Axe().run(page, options=options).response["violations"]
+    found = Axe().run(page, context=context, options=options).response["violations"]
     return [{"rule": v["id"], "impact": v["impact"], "target": " ".join(map(str, n["target"])),
-             "html": n["html"][:120]}
-            for v in found if v["impact"] in ("serious", "critical") for n in v["nodes"]]
+             "html": n["html"][:120], "why": n.get("failureSummary", "")[:160]}
+            for v in found if impacts is None or v["impact"] in impacts for n in v["nodes"]]
 
 
 def unknown_axe(found: list[dict]) -> list[dict]:
@@ -1145,8 +1148,7 @@ def test_interactive_figures_without_scripts_show_how_to_bring_them_to_life(site
 
 AX_SUMMARY = re.compile(r"query (\d+):.* reads (\d+) keys; largest weight (\d\.\d{3}) on key (\d+):")
 AX_LABEL = re.compile(r"attention weights(?: of (?:\w+ \d+ )?head \d+)? over \d+ tokens")
-AX_WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]},
-           "resultTypes": ["violations"], "preload": False}   # no preload: axe would refetch the theme's @import
+AX_WCAG = {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}   # WCAG alone, on a figure
 
 # What the page says about one figure: its state, where the tab stops are, what has the focus.
 AX_FOCUS_JS = """(f) => {
@@ -1203,7 +1205,6 @@ def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
         pytest.fail(f"{doc} has no interactive attention figure")
     import json
 
-    from axe_playwright_python.sync_playwright import Axe
 
     outside: list[str] = []
     errors: list[str] = []
@@ -1307,9 +1308,9 @@ def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
                         assert abs(float(v) - float(P[a, b])) <= 5e-4 + 1e-9, (
                             f"{where}: table ({a}, {b}) = {v}, the library gives {float(P[a, b]):.6f}")
             # axe-core on the figure, table open
-            found = Axe().run(page, context=".attnlib-explore", options=AX_WCAG).response["violations"]
+            found = run_axe(page, context=".attnlib-explore", run_only=AX_WCAG, impacts=None)
             assert not found, f"{where}: axe-core finds " + "; ".join(
-                f"{v['id']} ({v['impact']}): {[nd['target'] for nd in v['nodes']][:3]}" for v in found)
+                f"{v['rule']} ({v['impact']}): {v['target']}" for v in found[:5])
             fig.evaluate("(f) => { f.querySelector('.ax-table').open = false; }")
     finally:
         context.close()
@@ -1414,7 +1415,6 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
         pytest.fail(f"{doc} has no interactive attention figure")
     import json
 
-    from axe_playwright_python.sync_playwright import Axe
 
     outside: list[str] = []
     context, page = new_page(browser, site, outside)
@@ -1465,11 +1465,9 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
             fig.evaluate("(f) => { f.querySelector('.ax-table').open = true; }")
             for theme in ("light", "dark"):                   # the card stays white on the dark page
                 page.evaluate("(t) => { document.documentElement.dataset.theme = t; }", theme)
-                found = Axe().run(page, context=".attnlib-explore",
-                                  options={"runOnly": ["color-contrast"], "resultTypes": ["violations"],
-                                           "preload": False}).response["violations"]
+                found = run_axe(page, context=".attnlib-explore", run_only=["color-contrast"], impacts=None)
                 assert not found, f"{where}, {theme} theme: axe color-contrast: " + "; ".join(
-                    f"{nd['target']}: {nd.get('failureSummary', '')[:160]}" for v in found for nd in v["nodes"][:5])
+                    f"{v['target']}: {v['why']}" for v in found[:5])
             page.evaluate("() => { document.documentElement.dataset.theme = 'light'; }")
             fig.evaluate("(f) => { f.querySelector('.ax-table').open = false; }")
     finally:
