@@ -168,6 +168,7 @@ def test_exercises_come_together_at_the_end_before_the_summary(path):
 # A number in scientific notation below 1e-4 is almost always a rounding error, whose digits belong to one
 # processor, BLAS build and kernel path: print the bound it meets instead (attnlib.agree, attnlib.at_most).
 SCIENTIFIC = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?[eE][-+]?\d+(?![\w.])")
+SCRIPT = re.compile(r"<script\b[^>]*>.*?</script>", re.S)
 NUMBER_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d*)?(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w.])\.\d+(?:[eE][-+]?\d+)?")
 
 
@@ -184,14 +185,16 @@ def _finfo_constants() -> set[float]:
 def small_numbers_printed(cell) -> list[str]:
     """The numbers below 1e-4 in scientific notation that a code cell's stored outputs print, less the exceptions:
     an exact 0, a literal of the cell's own source (a bound such as 1e-12, an ``eps=1e-05``), and a machine
-    constant that the cell takes from ``finfo``."""
+    constant that the cell takes from ``finfo``. The scripts of an HTML output (a figure's code and data, such as
+    a LayerNorm's eps) are not printed text."""
     source = cell.source
     literals = {float(m) for m in NUMBER_LITERAL.findall(source)}
     machine = _finfo_constants() if "finfo" in source else set()
     found = []
     for out in cell.outputs:
         data = out.get("data", {})
-        text = out.get("text", "") + data.get("text/plain", "") + data.get("text/html", "")
+        shown = SCRIPT.sub("", data.get("text/html", ""))
+        text = out.get("text", "") + data.get("text/plain", "") + shown
         for m in SCIENTIFIC.finditer(text):
             value = abs(float(m.group(0)))
             if value == 0 or value >= 1e-4 or value in literals:
@@ -210,6 +213,9 @@ def test_the_small_number_scan_finds_rounding_errors_and_spares_the_exceptions()
     assert small_numbers_printed(cell) == ["4.4e-16", "2.5E-5"]
     cell.source = "print(gap, 1e-12)"               # without finfo, the same eps is a printed digit
     assert small_numbers_printed(cell) == ["1.19e-07", "4.4e-16", "2.5E-5"]
+    html = '<p>gap 3.3e-16</p><script type="application/json">{"eps": 1e-05}</script><script>x < 1e-17</script>'
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": html})]
+    assert small_numbers_printed(cell) == ["3.3e-16"]  # what the page shows, not its scripts
 
 
 def test_no_stored_output_prints_a_rounding_error(nb):

@@ -167,7 +167,7 @@ class AttentionExplorer:
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'
             f"<style>{_asset('explore.css')}</style>"
             '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
-            f"{self._help_html()}"
+            f"{_help_html()}"
             f"{self._table_html()}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
             f"<script>{_asset('explore.js')}</script>"
@@ -187,18 +187,6 @@ class AttentionExplorer:
                          temperature=st["temperature"]).tolist()
         T = d["T"]
         return [["\u2014" if st["causal"] and j > i else f"{P[i][j]:.3f}" for j in range(T)] for i in range(T)]
-
-    def _help_html(self) -> str:
-        hover = ("Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list "
-                 "beside the heatmap) to draw the keys it reads. "
-                 "From the keyboard: Tab to the heatmap, move with the arrow keys (Home/End: the row's ends), "
-                 "Enter picks the row's query.")
-        touch = ("Rows: queries i; columns: keys j. Tap a cell to read its weight, or a query token (the list "
-                 "under the heatmap) to draw the keys it reads. Every weight is in the table below.")
-        return ('<p class="ax-help">'
-                f'<span class="ax-help-hover">{html.escape(hover)}</span>'
-                f'<span class="ax-help-touch">{html.escape(touch)}</span>'
-                "</p>")
 
     def _table_html(self) -> str:
         d, st = self._data, self._data["state"]
@@ -231,6 +219,20 @@ class AttentionExplorer:
         switches = [c for c in CONTROLS if d["controls"][c]]
         extra = f", controls: {', '.join(switches)}" if switches else ""
         return f"<interactive attention figure: {what}{extra}>"
+
+
+def _help_html() -> str:
+    """Help for both kinds of device; the stylesheet shows the one that fits (``@media (hover: …)``)."""
+    hover = ("Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list "
+             "beside the heatmap) to draw the keys it reads. "
+             "From the keyboard: Tab to the heatmap, move with the arrow keys (Home/End: the row's ends), "
+             "Enter picks the row's query.")
+    touch = ("Rows: queries i; columns: keys j. Tap a cell to read its weight, or a query token (the list "
+             "under the heatmap) to draw the keys it reads. Every weight is in the table below.")
+    return ('<p class="ax-help">'
+            f'<span class="ax-help-hover">{html.escape(hover)}</span>'
+            f'<span class="ax-help-touch">{html.escape(touch)}</span>'
+            "</p>")
 
 
 def _label(L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:

@@ -1,0 +1,205 @@
+"""Chapter 8's trained model, live in the page: the reader types a text and the page runs the model on it.
+
+``live(model, tokenizer, text)`` returns a figure that a notebook displays as one self-contained piece of HTML,
+as :func:`attnlib.explore.explore` does, with the same style and the same script, ``explore.js`` (the heatmap, the
+token list, the readout, the table and the keyboard), after ``live.js`` (the model). The JSON in it holds the
+model's sizes and its weights, every parameter rounded to float16 (2 bytes each, in base64). In the browser
+``live.js`` runs the model's forward pass in plain JavaScript, with every value kept in float32, and shows on
+every keystroke:
+
+- the ten most likely next characters, with their probabilities;
+- the attention weights of every block and head on the typed text, all of them at once as small pictures, and
+  the one picked in the same heatmap, token list, readout and table as the other figures (the same code);
+- a "Continue" button that appends n characters, each the most likely one (τ = 0) or drawn from
+  softmax(logits / τ) with a seeded generator.
+
+The page's text follows one rule, :func:`page_text`: an upper-case letter A–Z becomes its lower-case
+letter (the model was trained on lower-case fables), any other character outside the model's vocabulary is left
+out, and the page names what it left out. A text holds at most :data:`MAX_CHARS` characters, so that a heatmap
+stays readable; a keystroke past that is refused with a visible message.
+
+:attr:`LiveModel.model` is the model the page runs: a float32 copy whose parameters are the float16 values in the
+page, so that the library computes what the page computes.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import html
+import json
+import math
+
+import numpy as np
+import torch
+
+from ._validate import boundary
+from .explore import _asset, _help_html, _json_for_html
+from .text import CharTokenizer, labels
+
+__all__ = ["LiveModel", "live", "half_model", "page_model", "page_text", "MAX_CHARS"]
+
+MAX_CHARS = 64                         # a text's characters at most: 64 × 64 cells still read on a phone
+TAU_RANGE = (0.0, 2.0, 0.05)           # the continuation's temperature slider: τ = 0 takes the argmax
+ROPE_BASE = 10000.0                    # attnlib.position's base
+
+
+def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
+    """What the page does with a typed text: (the text it runs, the characters it left out, each once, in order).
+
+    A–Z become a–z where the vocabulary lacks them; any other character outside the vocabulary is left out.
+    (explore.js applies the same rule to every keystroke.)
+    """
+    known, kept, left = set(vocab), [], []
+    for ch in text:
+        c = ch.lower() if ch not in known and "A" <= ch <= "Z" else ch
+        if c in known:
+            kept.append(c)
+        elif ch not in left:
+            left.append(ch)
+    return "".join(kept), left
+
+
+def half_model(model):
+    """A copy of ``model`` whose every parameter is rounded to float16 and kept in float32: the page's model."""
+    model = copy.deepcopy(model).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    return model
+
+
+def page_model(data: dict):
+    """The GPT a live figure's JSON describes, rebuilt from its base64 float16 weights: what the page runs.
+
+    data: the figure's payload (``LiveModel.data``, or the JSON read back out of a rendered page).
+    """
+    from .model import GPT, GPTConfig
+
+    c = data["config"]
+    model = GPT(GPTConfig(vocab_size=len(data["vocab"]), d_model=c["d_model"], h=c["h"], L=c["L"], d_ff=c["d_ff"],
+                          max_T=c["max_T"], pos="rope", eps=c["eps"]))
+    raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<f2")
+    state = {name: torch.from_numpy(raw[at:at + math.prod(shape)].astype(np.float32)).reshape(shape)
+             for name, shape, at in data["tensors"]}
+    model.load_state_dict(state)
+    return model.eval()
+
+
+class LiveModel:
+    """The live figure: see :func:`live`. Displays itself as HTML in a notebook."""
+
+    def __init__(self, model, vocab: list[str], text: str, title: str):
+        self.model = half_model(model)
+        self.vocab = vocab
+        names, shapes, offsets, chunks, at = [], [], [], [], 0
+        for name, p in self.model.state_dict().items():        # the parameters in the module's order
+            chunks.append(p.detach().cpu().half().contiguous().view(-1))
+            names.append(name)
+            shapes.append(list(p.shape))
+            offsets.append(at)
+            at += p.numel()
+        raw = torch.cat(chunks).view(torch.int16).numpy().astype("<i2").tobytes()   # little-endian, as read
+        self.weights_nbytes = len(raw)
+        c = self.model.config
+        self._data = {
+            "v": 1, "kind": "live", "title": title, "vocab": vocab,
+            "labels": [lab.replace("\n", "\u21b5") for lab in labels(vocab)],
+            "config": {"d_model": c.d_model, "h": c.h, "L": c.L, "d_ff": c.d_ff, "max_T": c.max_T, "eps": c.eps,
+                       "rope_base": ROPE_BASE},
+            "tensors": [[n, s, o] for n, s, o in zip(names, shapes, offsets)],
+            "weights": base64.b64encode(raw).decode("ascii"),
+            "text": text, "maxChars": MAX_CHARS,
+            "state": {"layer": 0, "head": 0, "query": None},
+            "gen": {"n": 20, "temperature": 0.0, "seed": 0}, "tempRange": list(TAU_RANGE),
+        }
+        self._json = _json_for_html(self._data)
+
+    @property
+    def data(self) -> dict:
+        """The payload the page's code reads, parsed back from the JSON in the HTML (a fresh copy)."""
+        return json.loads(self._json)
+
+    @property
+    def text(self) -> str:
+        """The text the figure shows first."""
+        return self._data["text"]
+
+    def page_text(self, text: str) -> tuple[str, list[str]]:
+        """What the page does with a typed text: see :func:`page_text`."""
+        return page_text(text, self.vocab)
+
+    def ids(self, text: str) -> torch.Tensor:
+        """The token IDs (1, T) the page runs for a typed text (see :func:`page_text`)."""
+        kept, _ = page_text(text, self.vocab)
+        return torch.tensor([[self.vocab.index(c) for c in kept]], dtype=torch.long)
+
+    @property
+    def html(self) -> str:
+        """The whole figure: fallback sentence, style, help, table, data and code; no id, no URL."""
+        fallback = ("Live character model (its weights are in this page): run this cell or trust the notebook "
+                    "to type your own text.")
+        return (
+            '<div class="attnlib-explore attnlib-live">'
+            f'<p class="ax-fallback">{html.escape(fallback)}</p>'
+            f"<style>{_asset('explore.css')}{_asset('live.css')}</style>"
+            '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
+            f"{_help_html()}"
+            '<details class="ax-table"><summary>The weights as a table</summary>'
+            '<div class="ax-table-scroll" role="region" tabindex="0" aria-label="attention weights">'
+            "<table><caption></caption></table></div></details>"
+            f'<script type="application/json" class="ax-data">{self._json}</script>'
+            f"<script>{_asset('live.js')}</script>"
+            f"<script>{_asset('explore.js')}</script>"
+            "</div>"
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this figure adds to a page (UTF-8): weights, script, style and text."""
+        return len(self.html.encode("utf-8"))
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        c = self.model.config
+        return (f"<live character model: d_model={c.d_model}, h={c.h}, L={c.L}, vocab {len(self.vocab)}, "
+                f"float16 weights {self.weights_nbytes / 1000:.1f} kB>")
+
+
+@boundary("_live_args")
+def live(model, tokenizer: CharTokenizer, text: str = "the lion and the mouse", *, title: str = "") -> LiveModel:
+    """A figure that runs ``model`` (a Pre-Norm, causal, RoPE ``GPT`` over ``tokenizer``'s characters) in the page.
+
+    text: what the box holds first (at most :data:`MAX_CHARS` characters, after :meth:`LiveModel.page_text`).
+    """
+    return LiveModel(model, list(tokenizer.vocab), text, title)
+
+
+def _live_args(model, tokenizer, text, title):
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
+    c = model.config
+    wanted = {"norm": "pre", "pos": "rope", "causal": True, "bias": True, "gelu": "exact", "tie": False}
+    wrong = {k: getattr(c, k) for k, v in wanted.items() if getattr(c, k) != v}
+    if wrong or c.h_kv != c.h:
+        got = ", ".join(f"{k}={v!r}" for k, v in wrong.items()) or f"h_kv={c.h_kv}"
+        kind = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+        raise ValueError(f"the page runs chapter 8's kind of model ({kind}, h_kv = h), got {got}")
+    if not isinstance(tokenizer, CharTokenizer) or tokenizer.vocab_size != c.vocab_size:
+        raise ValueError(f"tokenizer must be the model's CharTokenizer, with vocab_size={c.vocab_size}, got "
+                         f"{type(tokenizer).__name__}"
+                         + (f" with {tokenizer.vocab_size}" if isinstance(tokenizer, CharTokenizer) else ""))
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
+    kept, _ = page_text(text, tokenizer.vocab)
+    if not 1 <= len(kept) <= MAX_CHARS:
+        raise ValueError(f"text must keep 1 to {MAX_CHARS} characters of the model's vocabulary, got {len(kept)} "
+                         f"from {text!r}")
+    if c.max_T < MAX_CHARS:
+        raise ValueError(f"the page runs up to {MAX_CHARS} positions, so the model's max_T must be at least "
+                         f"{MAX_CHARS}, got max_T={c.max_T}")
+    return {}
