@@ -117,18 +117,40 @@ def _json_for_html(data: dict) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-class AttentionExplorer:
-    """An interactive attention figure: see :func:`explore`. Displays itself as HTML in a notebook."""
+class _Figure:
+    """A figure that is one piece of HTML holding its data as JSON: a notebook displays it as that HTML."""
 
     def __init__(self, data: dict):
         self._data = data
         self._json = _json_for_html(data)
 
-    # ----------------------------------------------------------------------------------------- what it holds
     @property
     def data(self) -> dict:
         """The payload the figure's code reads, parsed back from the JSON in the HTML (a fresh copy)."""
         return json.loads(self._json)
+
+    @property
+    def html(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this figure adds to a page (UTF-8)."""
+        return len(self.html.encode("utf-8"))
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+def _table_box(label: str, table: str) -> str:
+    """The text alternative's box: the summary the reader opens, and a scroll region named ``label``."""
+    return ('<details class="ax-table"><summary>The weights as a table</summary>'
+            f'<div class="ax-table-scroll" role="region" tabindex="0" aria-label="{html.escape(label)}">'
+            f"{table}</div></details>")
+
+
+class AttentionExplorer(_Figure):
+    """An interactive attention figure: see :func:`explore`. Displays itself as HTML in a notebook."""
 
     @property
     def scores(self) -> torch.Tensor:
@@ -197,21 +219,9 @@ class AttentionExplorer:
             f'<tr><th scope="row">{html.escape(names[i])}</th>' + "".join(f"<td>{v}</td>" for v in row) + "</tr>"
             for i, row in enumerate(cells))
         caption = _caption(self.label, d["controls"], st)
-        return (
-            '<details class="ax-table"><summary>The weights as a table</summary>'
-            f'<div class="ax-table-scroll" role="region" tabindex="0" aria-label="{html.escape(self.label)}">'
-            f"<table><caption>{html.escape(caption)}</caption>"
-            f'<thead><tr><th scope="col">query \\ key</th>{head}</tr></thead><tbody>{body}</tbody></table>'
-            "</div></details>"
-        )
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this figure adds to a page (UTF-8)."""
-        return len(self.html.encode("utf-8"))
-
-    def _repr_html_(self) -> str:
-        return self.html
+        return _table_box(self.label, f"<table><caption>{html.escape(caption)}</caption>"
+                                      f'<thead><tr><th scope="col">query \\ key</th>{head}</tr></thead>'
+                                      f"<tbody>{body}</tbody></table>")
 
     def __repr__(self) -> str:
         d = self._data

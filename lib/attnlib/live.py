@@ -27,14 +27,13 @@ from __future__ import annotations
 import base64
 import copy
 import html
-import json
 import math
 
 import numpy as np
 import torch
 
 from ._validate import boundary
-from .explore import _asset, _help_html, _json_for_html
+from .explore import _asset, _Figure, _help_html, _table_box
 from .text import CharTokenizer, labels
 
 __all__ = ["LiveModel", "live", "half_model", "page_model", "page_text", "MAX_CHARS"]
@@ -86,8 +85,9 @@ def page_model(data: dict):
     return model.eval()
 
 
-class LiveModel:
-    """The live figure: see :func:`live`. Displays itself as HTML in a notebook."""
+class LiveModel(_Figure):
+    """The live figure: see :func:`live`. Displays itself as HTML in a notebook; ``nbytes`` counts its weights,
+    scripts, style and text."""
 
     def __init__(self, model, vocab: list[str], text: str, title: str):
         self.model = half_model(model)
@@ -102,7 +102,7 @@ class LiveModel:
         raw = torch.cat(chunks).view(torch.int16).numpy().astype("<i2").tobytes()   # little-endian, as read
         self.weights_nbytes = len(raw)
         c = self.model.config
-        self._data = {
+        super().__init__({
             "v": 1, "kind": "live", "title": title, "vocab": vocab,
             "labels": [lab.replace("\n", "\u21b5") for lab in labels(vocab)],
             "config": {"d_model": c.d_model, "h": c.h, "L": c.L, "d_ff": c.d_ff, "max_T": c.max_T, "eps": c.eps,
@@ -112,13 +112,7 @@ class LiveModel:
             "text": text, "maxChars": MAX_CHARS,
             "state": {"layer": 0, "head": 0, "query": None},
             "gen": {"n": 20, "temperature": 0.0, "seed": 0}, "tempRange": list(TAU_RANGE),
-        }
-        self._json = _json_for_html(self._data)
-
-    @property
-    def data(self) -> dict:
-        """The payload the page's code reads, parsed back from the JSON in the HTML (a fresh copy)."""
-        return json.loads(self._json)
+        })
 
     @property
     def text(self) -> str:
@@ -145,22 +139,12 @@ class LiveModel:
             f"<style>{_asset('explore.css')}{_asset('live.css')}</style>"
             '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
             f"{_help_html()}"
-            '<details class="ax-table"><summary>The weights as a table</summary>'
-            '<div class="ax-table-scroll" role="region" tabindex="0" aria-label="attention weights">'
-            "<table><caption></caption></table></div></details>"
+            f"{_table_box('attention weights', '<table><caption></caption></table>')}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
             f"<script>{_asset('live.js')}</script>"
             f"<script>{_asset('explore.js')}</script>"
             "</div>"
         )
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this figure adds to a page (UTF-8): weights, script, style and text."""
-        return len(self.html.encode("utf-8"))
-
-    def _repr_html_(self) -> str:
-        return self.html
 
     def __repr__(self) -> str:
         c = self.model.config
