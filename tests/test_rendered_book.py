@@ -1597,6 +1597,10 @@ def test_live_model_computes_what_the_library_computes(live_page):
         assert [float(b) for b in bars] == pytest.approx([float(probs[i]) for i in top], abs=5e-4 + 1e-9)
         assert fig.locator("rect.ax-cell:not([aria-hidden])").count() == len(runs) ** 2
     assert len(LIVE_PROMPTS[3]) == 64 and gaps[LIVE_PROMPTS[3]][0] == 64 and gaps["t"][0] == 1
+    # an empty box: no prediction, no picture, a sentence that says what to do (and no error, checked below)
+    assert _live_type(fig, "")["probs"] is None
+    assert "Type a character" in fig.locator(".ax-live-heading").inner_text()
+    assert fig.locator("rect.ax-cell").count() == 0
     # Continue at τ = 0: GPT.generate's characters (their top two logits far apart, so the test means it)
     for prompt in ("the lion ", "a fox saw"):
         _live_type(fig, prompt)

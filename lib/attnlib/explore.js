@@ -204,6 +204,12 @@
       T = labels.length;
       var names = [];
       for (t = 0; t < T; t++) names.push(name(t));
+      if (!T) {                                       // nothing to draw (the live figure's empty box)
+        [heat, over, view].forEach(clear);
+        if (paper) paper.width = 0;
+        g = null;
+        return;
+      }
       var q = st.query === null || st.query === undefined || st.query >= T ? T - 1 : st.query;
       if (old !== T) { focus = {i: q, j: null}; at = {i: q, j: 0}; atQuery = q; }
       var ng = geometry(T, names), same = g && g.key === ng.key && old > 0;
@@ -618,7 +624,7 @@
 
   // The live figure (attnlib/live.py) inlines live.js before this script: it builds its controls and runs the
   // model, with this script's pieces.
-  var kit = {el: el, svg: svg, clear: clear, place: place, softmaxRow: softmaxRow, rgb: rgb, MASKED: MASKED,
+  var kit = {el: el, clear: clear, place: place, softmaxRow: softmaxRow, rgb: rgb, MASKED: MASKED,
              slider: slider, attentionView: attentionView};
   if (data.kind === "live") { if (window.attnlibLive) window.attnlibLive(root, data, kit); } else storedFigure();
 })(document.currentScript);
