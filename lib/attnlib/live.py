@@ -47,7 +47,7 @@ def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
     """What the page does with a typed text: (the text it runs, the characters it left out, each once, in order).
 
     A–Z become a–z where the vocabulary lacks them; any other character outside the vocabulary is left out.
-    (explore.js applies the same rule to every keystroke.)
+    (live.js applies the same rule to every keystroke.)
     """
     known, kept, left = set(vocab), [], []
     for ch in text:
@@ -156,7 +156,7 @@ class LiveModel(_Figure):
 def live(model, tokenizer: CharTokenizer, text: str = "the lion and the mouse", *, title: str = "") -> LiveModel:
     """A figure that runs ``model`` (a Pre-Norm, causal, RoPE ``GPT`` over ``tokenizer``'s characters) in the page.
 
-    text: what the box holds first (at most :data:`MAX_CHARS` characters, after :meth:`LiveModel.page_text`).
+    text: what the box holds first (at most :data:`MAX_CHARS` characters, after :func:`page_text`).
     """
     return LiveModel(model, list(tokenizer.vocab), text, title)
 
