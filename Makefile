@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack bench lint figures screenshots clean
+.PHONY: help setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack bench lint figures screenshots clean
+
+help:  ## list the targets and what each does
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
 
 $(STAMP): requirements.txt $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,13 +44,13 @@ notebooks: setup  ## re-execute every notebook of book/ from a fresh kernel (out
 	for nb in book/*.ipynb; do \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False "$$nb" \
 	  || exit 1; done
-	$(BIN)/python book/_ext/editions.py
+	$(BIN)/python tools/editions.py
 
 learner: setup  ## regenerate the learner edition (learner/) from the book's notebooks
-	$(BIN)/python book/_ext/editions.py
+	$(BIN)/python tools/editions.py
 
 colab-cell: setup  ## write the one Colab set-up cell template into every notebook of book/
-	$(BIN)/python book/_ext/colab_cell.py
+	$(BIN)/python tools/colab_cell.py
 
 lock:  ## regenerate the lock, constraints.txt, from requirements.txt and constraints.in (with uv)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -67,7 +70,7 @@ test-latest:  ## the whole suite against the newest releases that requirements.t
 	  ", ".join(f"{p} {m.version(p)}" for p in ("torch", "numpy", "matplotlib", "transformers", "jupyter-book", "nbval")))'
 	$(LATEST) -m pytest -n auto --dist loadfile
 
-train-heads: setup  ## retrain the small models whose heads chapter 6 reads (deterministic; writes attnlib/data)
+train-heads: setup  ## retrain the small models whose heads book/trained_heads reads (deterministic on one machine; writes attnlib/data)
 	$(BIN)/python -m attnlib.induction
 
 bench: setup  ## the performance benchmarks (quick version)
@@ -79,11 +82,14 @@ figures: setup  ## redraw the intro's pipeline figure from attnlib.plots.PIPELIN
 screenshots: setup  ## retake the screenshots shown on book/how_to_use.md (after the chapters change)
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist tests/test_rendered_book.py -k screenshot
 
-lint: setup  ## ruff over the library, the tests, the benchmarks and the book's extensions
-	$(BIN)/ruff check lib tests benchmarks book/_ext
+lint: setup  ## ruff over the library, the tests, the tools, the benchmarks and the book's extensions
+	$(BIN)/ruff check lib tests benchmarks tools book/_ext
 
-clean:
+clean:  ## remove the built book (_build)
 	rm -rf _build
 
-train-stack: setup  ## retrain chapter 8's two character models, with and without the mask (deterministic; writes attnlib/data)
+train-stack: setup  ## retrain chapter 8's two character models, with and without the mask, and its table over seeds (deterministic; writes attnlib/data)
 	$(BIN)/python -m attnlib.train
+
+train-norms: setup  ## rerun chapter 7's eight-block runs, four variants over six seeds (about 4 min; writes attnlib/data/norm_runs.json)
+	$(BIN)/python -m attnlib.norms

@@ -166,7 +166,7 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
 
 # How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take whole files, one at
 # a time: a file's module fixtures are built once, and nbval runs a notebook's cells in order in one kernel, which
-# it needs (DESIGN). The exceptions are SPREAD, the learner-notebook runs, the slowest tests of the suite: each of
+# it needs (its cells share one kernel). The exceptions are SPREAD, the learner-notebook runs, the slowest tests of the suite: each of
 # their notebooks is a unit of its own, so they spread over the workers. Units are handed out in collection order,
 # the slowest files first: one collected last would keep a worker busy while the others sit idle.
 SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py")

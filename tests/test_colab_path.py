@@ -52,11 +52,11 @@ sys.path_importer_cache.clear()
 
 def colab_cell() -> str:
     """The set-up cell's source, as every notebook holds it (test_notebook_hygiene.py checks that they do)."""
-    sys.path.insert(0, str(BOOK / "_ext"))
+    sys.path.insert(0, str(ROOT / "tools"))
     try:
         import colab_cell as template
     finally:
-        sys.path.remove(str(BOOK / "_ext"))
+        sys.path.remove(str(ROOT / "tools"))
     return template.source()
 
 

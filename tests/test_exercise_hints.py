@@ -17,9 +17,9 @@ import pytest
 
 from attnlib import checks
 from attnlib.checks import _core
-from conftest import BOOK, hint_leak, notebooks
+from conftest import BOOK, ROOT, hint_leak, notebooks
 
-sys.path.insert(0, str(BOOK / "_ext"))
+sys.path.insert(0, str(ROOT / "tools"))
 import editions  # noqa: E402
 
 DIFFICULTY = re.compile(r"^\*\*Difficulty ([1-3]) of 3 · about (\d+) minutes\*\*$")

@@ -1,4 +1,4 @@
-"""Head scores of chapter 6: right on hand-made tables, and the shipped trained heads as stated."""
+"""Head scores of book/trained_heads: right on hand-made tables, and the shipped trained heads as the page states."""
 
 import pytest
 import torch
@@ -10,6 +10,7 @@ from attnlib.induction import (
     ablate_heads,
     half_losses,
     head_scores,
+    head_weights,
     induction_score,
     induction_targets,
     load_models,
@@ -19,11 +20,11 @@ from attnlib.induction import (
     train_induction,
 )
 
-# What chapter 6 asserts about the shipped models. Block 1 holds induction heads (induction score above
-# 0.5), all in block 1, standing above every other head of the model by INDUCTION_MARGIN; every block-0
-# head has a previous-token score above every block-1 head's by PREVIOUS_MARGIN.
-INDUCTION_MARGIN = 0.3
-PREVIOUS_MARGIN = 0.15
+# What book/trained_heads asserts about every shipped run (blocks counted from 0 here, as in model.blocks).
+# The second block holds three induction heads (induction score above 0.5) and a fourth whose score is still
+# above INDUCTION_FLOOR times a uniform table's; no head of the first block reaches 0.05; every head of the
+# first block has a previous-token score above every head's of the second.
+INDUCTION_FLOOR = 4
 N_REPLAY = 25   # training steps replayed against the stored loss curve
 
 
@@ -114,7 +115,7 @@ def shipped():
 def test_shipped_weights_are_small_and_hold_every_seed(shipped):
     assert WEIGHTS.stat().st_size < 2_000_000
     models, _ = shipped
-    assert sorted(models) == sorted(SEEDS)
+    assert sorted(models) == sorted(SEEDS) and len(SEEDS) >= 3   # a conclusion rests on at least 3 runs
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -123,10 +124,12 @@ def test_shipped_heads_specialise_by_the_stated_margins(shipped, seed):
     scores = head_scores(models[seed], ids)   # (L, h, 2)
     assert scores.shape == (CONFIG["model"].L, CONFIG["model"].h, 2)
     ind = scores[..., 1]
-    assert ind[0].max() < 0.05                # no induction head in block 0
-    assert (ind[1] > 0.5).any()
-    assert ind[ind > 0.5].min() - ind[ind <= 0.5].max() > INDUCTION_MARGIN
-    assert scores[0, :, 0].min() - scores[1, :, 0].max() > PREVIOUS_MARGIN
+    assert ind[0].max() < 0.05                # no induction head in the first block
+    assert (ind[1] > 0.5).sum() == 3
+    uniform = torch.tril(torch.ones(32, 32))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    assert ind[1].min() > INDUCTION_FLOOR * induction_score(uniform, ids[0])
+    assert scores[0, :, 0].min() > scores[1, :, 0].max()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -164,13 +167,48 @@ def test_ablate_heads_zeroes_exactly_the_chosen_columns():
             pass
 
 
-def test_training_replays_the_stored_loss_curve():
+@pytest.mark.parametrize("seed", SEEDS)
+def test_training_replays_the_stored_loss_curve(seed):
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _, losses = train_induction(SEEDS[0], steps=N_REPLAY)
+        _, losses = train_induction(seed, steps=N_REPLAY)
     finally:
         torch.set_num_threads(torch_threads)
-    stored = stored_losses()[SEEDS[0]]
+    stored = stored_losses()[seed]
     assert len(stored) == CONFIG["steps"]
     assert losses == pytest.approx(stored[:N_REPLAY], abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_silencing_the_first_block_takes_the_induction_heads_to_a_uniform_table(shipped, seed):
+    """The two-step circuit as book/trained_heads states it: all of the first block's heads zeroed, the induction
+    heads score about what a uniform table does; any one of them zeroed, at least three times that."""
+    models, ids = shipped
+    model = models[seed]
+    induction = head_scores(model, ids)[1, :, 1] > 0.5
+    h = model.blocks[0].attn.h
+    with ablate_heads(model, [(0, m) for m in range(h)]):
+        silenced = head_scores(model, ids)[1, :, 1][induction].mean()
+    assert silenced < 0.08
+    for m in range(h):
+        with ablate_heads(model, [(0, m)]):
+            assert head_scores(model, ids)[1, :, 1][induction].mean() > 3 * silenced
+
+
+def test_the_pages_figure_of_the_trained_heads_holds_their_weights(shipped):
+    """The explore figure of book/trained_heads stores raw scores; through scale, mask and softmax they give
+    the weights head_weights reads from the model."""
+    from attnlib import causal_mask, scale, softmax
+    from attnlib.explore import explore, model_scores
+
+    models, _ = shipped
+    model = models[0]
+    short = repeated_blocks(1, 8, CONFIG["model"].vocab_size, torch.Generator().manual_seed(3))
+    d_head = model.blocks[0].attn.d_head
+    fig = explore(model_scores(model, short[0]), [str(t) for t in short[0].tolist()], d_head, layer=1)
+    S = fig.scores                                       # the numbers written into the page
+    P = softmax(scale(S, d_head) + causal_mask(S.shape[-1], dtype=S.dtype))
+    P_lib = head_weights(model, short)[:, 0].double()
+    assert S.shape == (2, 4, 16, 16)
+    assert (P - P_lib).abs().max() < 5e-4

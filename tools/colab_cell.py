@@ -1,6 +1,6 @@
 """The hidden first cell of every notebook: on Colab it fetches the course; anywhere else it does nothing.
 
-One template, written into every notebook of book/ by ``python book/_ext/colab_cell.py`` (``make colab-cell``);
+One template, written into every notebook of book/ by ``python tools/colab_cell.py`` (``make colab-cell``);
 tests/test_notebook_hygiene.py checks that every copy is identical to it. The repository URL and branch come
 from _config.yml, the one place they are kept.
 """
@@ -13,7 +13,7 @@ import sys
 import nbformat
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 TEMPLATE = '''\
 # On Colab: fetch the course (or bring an earlier copy up to date) and make its library importable.

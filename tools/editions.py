@@ -1,8 +1,8 @@
 """Generate the learner edition of the book: ``learner/<name>.ipynb`` for every ``book/<name>.ipynb``.
 
-    python book/_ext/editions.py            # (re)write learner/
-    python book/_ext/editions.py --check    # exit 1, listing the files, when learner/ is stale
-    python book/_ext/editions.py --out DIR  # write the edition somewhere else
+    python tools/editions.py            # (re)write learner/
+    python tools/editions.py --check    # exit 1, listing the files, when learner/ is stale
+    python tools/editions.py --out DIR  # write the edition somewhere else
 
 The book (``book/``) shows every exercise with its solution in a dropdown. The learner edition is the same
 notebooks with the solutions taken out, for JupyterLab and Colab, which know nothing of MyST:
@@ -48,7 +48,7 @@ from nbconvert.preprocessors import TagRemovePreprocessor
 from sphinx_external_toc.api import FileItem
 from sphinx_external_toc.parsing import parse_toc_yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LEARNER = ROOT / "learner"
 
 SOLUTION_TAG = "solution"
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         names = stale(out, files)
         if names:
-            print(f"{shown}/ is stale; run `make learner` (python book/_ext/editions.py):", file=sys.stderr)
+            print(f"{shown}/ is stale; run `make learner` (python tools/editions.py):", file=sys.stderr)
             for name in names:
                 print(f"  {shown}/{name}", file=sys.stderr)
             return 1
