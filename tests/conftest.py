@@ -164,20 +164,29 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
             assert not _close(outs[i], outs[j], 1e-5), (i, j)
 
 
-# How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take whole files, one at
-# a time: a file's module fixtures are built once, and nbval runs a notebook's cells in order in one kernel, which
-# it needs (its cells share one kernel). The exceptions are SPREAD, the learner-notebook runs, the slowest tests of the suite: each of
-# their notebooks is a unit of its own, so they spread over the workers. Units are handed out in collection order,
-# the slowest files first: one collected last would keep a worker busy while the others sit idle.
-SLOW_FIRST = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py")
-SPREAD = ("test_learner_notebook_runs_and_every_checker_says_not_yet",
-          "test_every_solution_pasted_over_its_stub_passes")
+# How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take units, one at a time,
+# and a unit is a whole file by default: its module fixtures are built once, and nbval runs a notebook's cells in
+# order in one kernel, which they need. Two kinds of test are split finer, so that they spread over the workers:
+# - SPREAD, the learner-notebook runs: each notebook is a unit of its own;
+# - BY_PAGE, the browser tests: each page is a unit of its own (all of one page's tests together, so that the page
+#   is opened once), after the unit that builds the book, which every worker then reads (book_in_browser.build).
+# Units are handed out in collection order, the book's build first (while it runs, the other workers run the
+# learner notebooks), then the slow units, then the small ones, which fill the gaps at the end.
+SPREAD = ("test_learner_notebook_runs_and_every_checker_says_not_yet",)
+BY_PAGE = ("test_rendered_book.py", "test_figures_in_browser.py")
+ORDER = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py", "test_figures_in_browser.py")
+
+
+def _per_page(nodeid: str) -> bool:
+    return nodeid.split("::")[0].rsplit("/", 1)[-1] in BY_PAGE and nodeid.endswith("]")
 
 
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         name = item.path.name
-        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+        if _per_page(item.nodeid):
+            return len(ORDER)                       # the pages, after the slow units
+        return ORDER.index(name) if name in ORDER else len(ORDER) + 1
 
     items.sort(key=rank)   # stable: the order within a file and among the other files is kept
 
@@ -188,10 +197,14 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class FilesAndSpread(LoadFileScheduling):
+    class FilesPagesAndNotebooks(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             test = nodeid.split("::")[-1].split("[")[0]
-            return nodeid if test in SPREAD and "[" in nodeid else super()._split_scope(nodeid)
+            if test in SPREAD and "[" in nodeid:
+                return nodeid
+            if _per_page(nodeid):
+                return nodeid.split("::")[0] + "[" + nodeid.split("[", 1)[1]
+            return super()._split_scope(nodeid)
 
     config.option.loadscopereorder = False    # xdist would hand out the units with the most tests first
-    return FilesAndSpread(config, log)
+    return FilesPagesAndNotebooks(config, log)

@@ -202,6 +202,7 @@ def _whitelist_cases():
     book = editions.Book(ROOT)
     first, block, glossary = book.exercise_numbers["04_mask"], book.titles["07_block"][0], book.titles["glossary"][0]
     image = "![the path](../book/images/pipeline.svg)"
+    cache_page, cache_heading, _ = book.labels["kv-cache"]
     return [
         ("exercise", "Text.\n```{exercise} Build: the mask\n:label: ex-x\nWrite `f`, see {doc}`07_block`.\n```\nNext.",
          f"Text.\n\n### Exercise {first} (Build: the mask)\n\n{editions.TIME_RULE}\n\n"
@@ -214,6 +215,10 @@ def _whitelist_cases():
         ("cite", "GELU {cite}`hendrycks2016gelu`, both {cite}`vaswani2017attention,ba2016layer`.",
          "GELU (Hendrycks and Gimpel, 2016), both (Vaswani et al., 2017; Ba et al., 2016)."),
         ("cite:t", "As {cite:t}`xiong2020layer` show.", "As Xiong et al. (2020) show."),
+        ("ref", "(here)=\n## A section\n\nSee {ref}`kv-cache`.",   # the label line goes, the link names the heading
+         f"## A section\n\nSee [{cache_heading}]({cache_page}.ipynb#{cache_heading.replace(' ', '-')})."),
+        ("admonition", "Text.\n\n:::{admonition} What you need here\n:class: note\nA derivative, {doc}`07_block`.\n:::",
+         f"Text.\n\n> **What you need here**\n>\n> A derivative, [{block}](07_block.ipynb)."),
     ]
 
 
@@ -245,12 +250,11 @@ def test_plain_markdown_is_copied_byte_for_byte(translator):
 
 
 @pytest.mark.parametrize("myst, named", [
-    (":::{note}\nA note.\n:::", "directive as a ``` fence"),
+    (":::{note}\nA note.\n:::", "directive '{note}'"),
     ("```{note}\nA note.\n```", "directive '{note}'"),
     ("```{exercise} Build: g\n:nonumber:\n```", "option of {exercise} ':nonumber:'"),
-    ("- ```{image} images/pipeline.svg\n  ```", "directive as a ``` fence"),
-    ("See {ref}`sec-x`.", "role '{ref}'"),
-    ("(sec-x)=\n## A section", "myst_target '(sec-x)='"),
+    ("- ```{image} images/pipeline.svg\n  ```", "directive as a fence at the top level"),
+    ("See {ref}`sec-x`.", "{ref}`sec-x` names no label"),
     ("% a comment", "myst_line_comment"),
     ("+++", "myst_block_break"),
     ("$$a = b$$ (eq-1)", "math_block_label"),
@@ -337,43 +341,6 @@ def test_the_extension_is_registered_after_the_themes_launch_buttons():
     assert event == "html-page-context" and kwargs["priority"] > 501  # sphinx-book-theme's add_launch_buttons
 
 
-# --- every learner notebook runs, and every checker says "not yet" -------------------------------------------------
-
-
-def _run(path):
-    from nbclient import NotebookClient
-
-    nb = learner(path)
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(LEARNER)}}).execute()
-    return nb
-
-
-def _check_run(path):
-    nb = _run(path)
-    verdicts = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code" or cell.id == editions.PROGRESS_CELL_ID:
-            continue
-        assert not any(o.output_type == "error" for o in cell.outputs), cell.source
-        if editions.checker_called(cell.source):
-            text = output_text(cell).strip()
-            assert text.startswith("✗ not yet"), f"{cell.source}\n---\n{text}"
-            verdicts += 1
-    last = nb.cells[-1]
-    if last.id == editions.PROGRESS_CELL_ID:
-        lines = output_text(last).strip().split("\n")
-        n = len(lines) - 1
-        assert n == verdicts and lines[-1] == f"0 of {n} exercises pass.", lines
-        assert all(line.endswith("✗ not yet") for line in lines[:-1]), lines
-
-
-# Running the learner notebooks is the slowest part of the suite: conftest.SPREAD shares them out over the
-# pytest-xdist workers one notebook at a time.
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_learner_notebook_runs_and_every_checker_says_not_yet(path):
-    _check_run(path)
-
-
 # --- every solution stands on its own: pasted over its stub in the learner edition, it passes ----------------------
 
 LABEL = re.compile(r"^:label:\s*(\S+)", re.M)
@@ -409,24 +376,82 @@ def test_the_solution_of_each_exercise_is_found_for_its_stub():
             assert editions.checker_called(code) == editions.checker_called(stub_sources[cell_id]), cell_id
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if solutions_by_stub(p)],
-                         ids=[p.name for p in NOTEBOOKS if solutions_by_stub(p)])
-def test_every_solution_pasted_over_its_stub_passes(path):
-    """A learner who pastes each of the book's solutions over its stub, and runs the notebook from a fresh
-    kernel, sees no error and the progress cell reporting every exercise passing."""
+# --- every learner notebook runs, every checker says "not yet", and every solution pasted over its stub passes -----
+# One run per notebook does both, in one kernel: the learner edition runs top to bottom with its stubs, and after
+# each stub the book's solution runs as if pasted over it, in a copy of the namespace the learner's notebook would
+# hold at that point (earlier solutions included), so that it changes nothing the stubs' run goes on with. The
+# checkers' record of verdicts (which the progress cell reads) is put back after each solution. That the cells
+# after an exercise run with its solution in place is what nbval shows on the book's notebooks.
+
+PASTE = """\
+def __paste__(code, _pasted={}, _verdicts={}):
+    \"\"\"Run ``code`` as if pasted over its stub; return the verdicts of the solutions so far.\"\"\"
+    import ast
+    from attnlib.checks import _core
+    if code is None:
+        return _verdicts
+    before = dict(_core._LAST)
+    namespace = {**globals(), **_pasted}
+    tree = ast.parse(code)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, "<pasted solution>", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), "<pasted solution>", "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+    _pasted.update({k: v for k, v in namespace.items() if globals().get(k, namespace) is not v})
+    _verdicts.update({k: v.ok for k, v in _core._LAST.items() if before.get(k) is not v})
+    _core._LAST.clear()
+    _core._LAST.update(before)
+"""
+
+
+def _run_with_pasted_solutions(path):
+    """The learner notebook, run once, with a cell after each stub that runs its solution as if pasted over it."""
     from nbclient import NotebookClient
 
     nb = learner(path)
     pasted = solutions_by_stub(path)
+    cells = [nbformat.v4.new_code_cell(PASTE)]
     for cell in nb.cells:
+        cells.append(cell)
         if cell.id in pasted:
-            cell.source, cell.outputs = pasted[cell.id], []
+            cells.append(nbformat.v4.new_code_cell(f"__paste__({pasted[cell.id]!r})", id=f"pasted-{cell.id}"))
+    progress = nb.cells[-1].id == editions.PROGRESS_CELL_ID
+    if progress:
+        cells.insert(len(cells) - 1, nbformat.v4.new_code_cell("print(sorted(__paste__(None).items()))",
+                                                               id="pasted-verdicts"))
+    nb.cells = cells
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(LEARNER)}}).execute()
-    errors = [c.source for c in nb.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)]
-    assert not errors, errors
+    return nb, pasted
+
+
+# Running the learner notebooks is the slowest part of the suite: conftest.SPREAD shares them out over the
+# pytest-xdist workers one notebook at a time.
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_learner_notebook_runs_and_every_checker_says_not_yet(path):
+    """The learner edition runs top to bottom from a fresh kernel: no error, every checker says "not yet", and the
+    progress cell says that none passes. A learner who pastes each of the book's solutions over its stub sees no
+    error and "✓ correct" from its checker."""
+    nb, pasted = _run_with_pasted_solutions(path)
+    verdicts = 0
     for cell in nb.cells:
-        if cell.id in pasted:   # a solution may print a demonstration first; its last output is the verdict
-            shown = output_text(cell)
-            assert "✓ correct" in shown and "✗ not yet" not in shown, f"{cell.source}\n---\n{shown}"
-    lines = output_text(nb.cells[-1]).strip().split("\n")
-    assert lines[-1] == f"{len(pasted)} of {len(pasted)} exercises pass.", lines
+        if cell.cell_type != "code" or cell.id == editions.PROGRESS_CELL_ID:
+            continue
+        assert not any(o.output_type == "error" for o in cell.outputs), (cell.source[:2000], output_text(cell))
+        if cell.id.startswith("pasted-") and cell.id != "pasted-verdicts":
+            shown = output_text(cell)   # a solution may print a demonstration first; its last output is the verdict
+            assert "✓ correct" in shown and "✗ not yet" not in shown, f"{cell.source[:2000]}\n---\n{shown}"
+        elif editions.checker_called(cell.source) and not cell.id.startswith("pasted-"):
+            text = output_text(cell).strip()
+            assert text.startswith("✗ not yet"), f"{cell.source}\n---\n{text}"
+            verdicts += 1
+    assert sum(c.id.startswith("pasted-") and c.id != "pasted-verdicts" for c in nb.cells) == len(pasted)
+    last = nb.cells[-1]
+    if last.id == editions.PROGRESS_CELL_ID:
+        solved = output_text(nb.cells[-2])
+        assert "False" not in solved and ("True" in solved or not pasted), solved
+        lines = output_text(last).strip().split("\n")
+        n = len(lines) - 1
+        assert n == verdicts and lines[-1] == f"0 of {n} exercises pass.", lines
+        assert all(line.endswith("✗ not yet") for line in lines[:-1]), lines

@@ -162,3 +162,29 @@ def test_a_live_model_is_a_figure_of_its_own(fig):
     assert isinstance(fig, LiveModel) and fig.text == "the lion and the mouse"
     assert fig.data["kind"] == "live" and fig.data["labels"][fig.vocab.index("\n")] == "\u21b5"
     assert fig.data["labels"][fig.vocab.index(" ")] == "\u2581"
+
+
+def test_continue_at_temperature_0_is_what_generate_picks(shipped, fig):
+    """Chapter 8 shows the greedy loop with the library's model; the page's float16 copy picks the same 20
+    characters (the browser side is compared with fig.model in test_rendered_book.py)."""
+    model, tok, _ = shipped
+    prompt = fig.ids("the lion ")
+    page, full = fig.model.generate(prompt, 20), model.generate(prompt, 20)
+    assert torch.equal(page, full)
+    assert tok.decode(full[0]) == "the lion the the the the the "
+
+
+def test_chapter_8s_figure_holds_the_models_own_scores(shipped):
+    """The 24 held-out characters of chapter 8's figure: the scores written into the page give the weights
+    that head_weights computes."""
+    from attnlib import causal_mask, scale, softmax
+    from attnlib.explore import explore, model_scores
+    from attnlib.induction import head_weights
+
+    model, tok, held_out = shipped
+    chars = held_out[300:324]
+    d_head = model.blocks[0].attn.d_head
+    fig = explore(model_scores(model, chars), [tok.decode([c]) for c in chars.tolist()], d_head, title="t")
+    S = torch.as_tensor(fig.scores)
+    P_page = softmax(scale(S, d_head) + causal_mask(S.shape[-1]))
+    assert (P_page - head_weights(model, chars[None])[:, 0]).abs().max() <= 5e-4

@@ -1,6 +1,8 @@
-"""Chapter 8's shipped models: the recipe's GPTs, and the recipe replays the start of the stored training run."""
+"""Chapter 8's shipped models: the recipe's GPTs, and the recipe replays the start of the stored training run;
+and the table of the recipe over seeds."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -8,12 +10,16 @@ import torch
 from attnlib import GPT
 from attnlib.train import (
     CONFIG,
+    SEED_TABLE,
+    SEEDS,
     VARIANTS,
     WEIGHTS,
     char_data,
     evaluate,
     load_char_models,
+    load_seed_table,
     new_char_model,
+    seed_runs,
     stored_losses,
     train,
     train_char_model,
@@ -107,3 +113,62 @@ def test_train_stop_runs_the_start_of_the_same_schedule():
     assert len(runs[1]) == 6
     assert runs[0][0] == runs[1][0]       # the same first step
     assert runs[0][1:] != runs[1][1:]     # a 12-step schedule has a higher learning rate after step 0
+
+
+# Chapter 8's table over seeds (attnlib/data/stack_seeds.json, written by `make train-stack`).
+N_SEED_REPLAY = 10
+
+
+@pytest.fixture(scope="module")
+def seed_table():
+    return load_seed_table()
+
+
+def test_seed_table_holds_every_seed_and_variant(seed_table):
+    assert SEED_TABLE.stat().st_size < 20_000
+    assert sorted(seed_table) == sorted(VARIANTS) and len(SEEDS) >= 3
+    for variant in VARIANTS:
+        assert sorted(seed_table[variant]) == sorted(str(s) for s in SEEDS)
+        for run in seed_table[variant].values():
+            assert len(run["losses"]) == CONFIG["steps"] and set(run) == {"losses", "held_out", "prefix"}
+
+
+def test_seed_tables_seed_0_is_the_stored_run(seed_table):
+    stored = stored_losses()
+    for variant in VARIANTS:
+        assert seed_table[variant]["0"]["losses"] == pytest.approx(stored[variant], abs=REPLAY_TOL)
+
+
+def test_the_leak_holds_on_every_seed(seed_table):
+    """Chapter 8's conclusion: without the mask the training loss falls far lower, yet predicting from the prefix
+    alone (generation's situation) does worse than a uniform guess; with the mask both scores agree."""
+    uniform = math.log(CONFIG["model"].vocab_size)
+    for seed in map(str, SEEDS):
+        m, u = seed_table["masked"][seed], seed_table["unmasked"][seed]
+        assert sum(u["losses"][-20:]) / 20 < 0.3 < 2.0 < sum(m["losses"][-20:]) / 20
+        assert u["prefix"] > uniform > m["prefix"] and abs(m["prefix"] - m["held_out"]) < 1e-3
+        assert u["held_out"] < 0.5
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_training_replays_the_seed_tables_run_of_seed_1(seed_table, variant):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, losses = train_char_model(variant, stop=N_SEED_REPLAY, config={**CONFIG, "seed": 1})
+    finally:
+        torch.set_num_threads(threads)
+    assert losses == pytest.approx(seed_table[variant]["1"]["losses"][:N_SEED_REPLAY], abs=REPLAY_TOL)
+    assert losses != pytest.approx(seed_table[variant]["0"]["losses"][:N_SEED_REPLAY], abs=REPLAY_TOL)
+
+
+def test_the_seed_tables_functions_refuse_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train-stack"):
+        load_seed_table(tmp_path / "absent.json")
+    with pytest.raises(TypeError, match="path"):
+        load_seed_table(3)
+    with pytest.raises(TypeError, match="dict"):
+        seed_runs(config=[("text", "fables")])
+    for seeds in ([], [-1], "012", [0.5], 3):
+        with pytest.raises(ValueError, match="seeds"):
+            seed_runs(seeds)

@@ -183,6 +183,19 @@ class Book:
         return out
 
     @cached_property
+    def labels(self) -> dict[str, tuple[str, str, str]]:
+        """``label -> (stem, heading, kind)`` for every ``(label)=`` that stands above a heading in book/."""
+        pages = {stem: ("ipynb", self._markdown(stem)) for stem in self._notebooks}
+        for p in sorted(self.book.glob("*.md")):
+            pages.setdefault(p.stem, ("md", [p.read_text(encoding="utf-8")]))
+        out = {}
+        for stem, (kind, texts) in pages.items():
+            for text in texts:
+                for m in LABEL_ABOVE_HEADING.finditer(text):
+                    out[m["label"]] = (stem, m["heading"].strip(), kind)
+        return out
+
+    @cached_property
     def bibliography(self) -> dict[str, tuple[list[str], str]]:
         """``key -> (last names of the authors, year)`` from the book's .bib files."""
         from pybtex.database import parse_file
@@ -245,6 +258,7 @@ PLAIN_BLOCKS = {
 PLAIN_INLINE = {"text", "softbreak", "hardbreak", "code_inline", "math_inline", "em_open", "em_close",
                 "strong_open", "strong_close", "link_close"}
 URL = re.compile(r"^[a-z][\w+.-]*:")
+LABEL_ABOVE_HEADING = re.compile(r"^\((?P<label>[\w-]+)\)=\s*\n(?:\s*\n)*#+ (?P<heading>.+)$", re.M)
 
 
 @dataclass
@@ -276,12 +290,14 @@ class Translator:
         inlines: dict[tuple[int, int], list[Token]] = {}  # the cells of a table row share their lines
         for token in markdown_parser().parse(source):
             if d := as_directive(token):
-                if token.level or token.type != "fence":
-                    raise EditionError(f"line {token.map[0] + 1}: write the {{{d.name}}} directive as a ``` fence "
-                                       "at the top level (not in a list, a quote or a ::: fence)")
+                if token.level:
+                    raise EditionError(f"line {token.map[0] + 1}: write the {{{d.name}}} directive as a fence "
+                                       "at the top level (not in a list or a quote)")
                 edits.append((*token.map, self.directive(d)))
             elif token.type == "inline":
                 inlines.setdefault(tuple(token.map), []).append(token)
+            elif token.type == "myst_target":   # a label for {ref}: the learner edition links the heading below it
+                edits.append((*token.map, []))
             elif token.type not in PLAIN_BLOCKS:
                 raise unknown(token.type, lines[token.map[0]] if token.map else token.markup)
         for (first, after), tokens in inlines.items():
@@ -354,6 +370,12 @@ class Translator:
     def dropped(self, d: Directive) -> list[str]:
         return []
 
+    def admonition(self, d: Directive) -> list[str]:
+        """A quoted box: its title in bold, then its text."""
+        body = self.block("\n".join(d.body))
+        return [PAD, f"> **{self.inline(d.arg)}**", ">", *[f"> {line}" if line.strip() else ">" for line in body],
+                PAD]
+
     # the translations of the roles
 
     def doc(self, target: str) -> str:
@@ -364,6 +386,17 @@ class Translator:
         if kind == "ipynb":
             return f"[{title}]({target}.ipynb)"
         return f"[{title}]({self.book.baseurl}/book/{target}.html)" if self.book.baseurl else f"*{title}*"
+
+    def ref(self, target: str) -> str:
+        """A link to the section that ``(target)=`` labels: its heading, in the learner edition's notebook."""
+        if target not in self.book.labels:
+            raise EditionError(f"{{ref}}`{target}` names no label of book/ (write `(label)=` above a heading)")
+        stem, heading, kind = self.book.labels[target]
+        if kind == "ipynb":
+            page = "" if stem == self.page else f"{stem}.ipynb"
+            return f"[{heading}]({page}#{heading.replace(' ', '-')})"
+        title = self.book.titles[stem][0]
+        return f"[{heading}]({self.book.baseurl}/book/{stem}.html#{target})" if self.book.baseurl else f"*{title}*"
 
     def cite(self, content: str, textual: bool = False) -> str:
         """``(Vaswani et al., 2017)``, or ``Vaswani et al. (2017)`` when ``textual`` (``{cite:t}``)."""
@@ -388,9 +421,11 @@ DIRECTIVES: dict[str, DirectiveRule] = {
     "image": ({"alt", "width"}, Translator.image),
     "figure": ({"name", "alt", "width"}, Translator.figure),
     "bibliography": ({"all"}, Translator.dropped),
+    "admonition": ({"class"}, Translator.admonition),
 }
 ROLES: dict[str, Callable[[Translator, str], str]] = {
     "doc": Translator.doc,
+    "ref": Translator.ref,
     "cite": Translator.cite,
     "cite:t": partial(Translator.cite, textual=True),
 }

@@ -4,7 +4,8 @@ Chapter 8's recipe (:data:`CONFIG`) trains a 2-block character model on the fabl
 and once without it. Another processor or kernel path trains weights that differ in their last digits, so the
 chapter's samples, figure and printed values come from the weights of one run, shipped with the library:
 ``python -m attnlib.train`` trains both models with one thread and writes ``attnlib/data/stack.safetensors``,
-with the training losses of every step in its metadata.
+with the training losses of every step in its metadata, and ``attnlib/data/stack_seeds.json``: the recipe run
+with each of :data:`SEEDS`, with and without the mask, and its scores (chapter 8's table over seeds).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .model import GPT, GPTConfig
 
 __all__ = ["next_token_windows", "random_batch", "train", "evaluate", "evaluate_prefix",
            "CONFIG", "VARIANTS", "WEIGHTS", "char_data", "new_char_model", "train_char_model",
-           "load_char_models", "stored_losses"]
+           "load_char_models", "stored_losses", "SEEDS", "SEED_TABLE", "seed_runs", "load_seed_table"]
 
 # Chapter 8's recipe: the model (vocab_size: the fables' 43 characters), the text and its held-out tenth,
 # the training run (train's arguments).
@@ -43,6 +44,9 @@ CONFIG = {"model": GPTConfig(vocab_size=43, d_model=48, h=4, L=2, max_T=128, pos
 VARIANTS = {"masked": True, "unmasked": False}   # name → causal: with the mask, and the leak without it
 WEIGHTS = Path(__file__).with_name("data") / "stack.safetensors"
 _MODEL_KEYS = ("d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
+SEEDS = (0, 1, 2)   # the seeds of chapter 8's table: the recipe with each seed, with and without the mask
+SEED_TABLE = Path(__file__).with_name("data") / "stack_seeds.json"
+_SEED_EVAL = {"batches": 8, "seed": 1}   # the held-out windows every run of the table is scored on
 
 
 def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
@@ -215,6 +219,39 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[str, list[float]]:
     return _metadata(path)["losses"]
 
 
+def seed_runs(seeds=SEEDS, config: dict = CONFIG) -> dict:
+    """Train the recipe with each seed, with and without the mask: ``{variant: {seed: run}}``, where a run holds
+    its training loss of every step ("losses", 6 decimals) and its held-out loss with the whole window visible
+    ("held_out") and with each prediction made from its prefix alone ("prefix", as in generation)."""
+    _, _, held_out = char_data(config)
+    given = seeds
+    seeds = () if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__") else tuple(seeds)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty sequence of integers >= 0, got {_show(given)}")
+    table = {v: {} for v in VARIANTS}
+    for seed in seeds:
+        run_config = {**config, "seed": int(seed)}
+        for variant in VARIANTS:
+            label = f"{variant}, seed {seed}"
+            model, losses = _timed_run(label, lambda v=variant, c=run_config: train_char_model(v, config=c),
+                                       last=20)
+            ev = {"T": config["T"], "B": config["B"], **_SEED_EVAL}
+            table[variant][str(seed)] = {
+                "losses": [round(x, 6) for x in losses],
+                "held_out": round(evaluate(model, held_out, **ev), 4),
+                "prefix": round(evaluate_prefix(model, held_out, **ev), 4)}
+    return table
+
+
+def load_seed_table(path: str | Path = SEED_TABLE) -> dict:
+    """Chapter 8's table over seeds, as :func:`seed_runs` returned it (``make train-stack`` writes it)."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no table over seeds at {path} (`make train-stack` writes the shipped one)")
+    return json.loads(Path(path).read_text())["runs"]
+
+
 def _require_recipe_keys(config, template: dict, where: str) -> None:
     """A recipe: a dict with every key of ``template`` (the module's CONFIG), its "model" a GPTConfig."""
     if not isinstance(config, dict):
@@ -295,11 +332,20 @@ def _timed_run(label: str, run, last: int):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Train both models of chapter 8's recipe with one thread and write the weights and the losses."""
+    """Train both models of chapter 8's recipe with one thread and write the weights and the losses, and the
+    recipe's table over seeds."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--out", default=str(WEIGHTS), help="where to write the safetensors file")
+    parser.add_argument("--seeds-out", default=str(SEED_TABLE), help="where to write the table over seeds (JSON)")
+    parser.add_argument("--seeds-only", action="store_true", help="write only the table over seeds")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    table = {"config": _recipe_to_file(CONFIG), "eval": _SEED_EVAL, "seeds": list(SEEDS),
+             "runs": seed_runs(SEEDS), "torch": torch.__version__}
+    Path(args.seeds_out).write_text(json.dumps(table) + "\n")
+    print(f"wrote {args.seeds_out}")
+    if args.seeds_only:
+        return
     runs = {v: _timed_run(v, lambda v=v: train_char_model(v), last=20) for v in VARIANTS}
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)),
                                "vocab_size": str(runs["masked"][0].config.vocab_size),
