@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: help setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack bench lint figures screenshots clean
+.PHONY: help setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack train-norms bench lint figures screenshots clean
 
 help:  ## list the targets and what each does
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
