@@ -18,6 +18,7 @@ from .attention import (
                         sliding_window_mask,
                         softmax,
 )
+from .audit import audit
 from .batches import pad_prompts, position_ids
 from .block import MLP, Block
 from .embedding import TokenEmbedding, one_hot_embedding, running_X0
@@ -46,4 +47,5 @@ __all__ = [
     "online_softmax_step", "online_softmax", "tile_plan", "tiled_attention",
     "repeat_kv",
     "padding_mask", "sliding_window_mask", "combine_masks", "pad_prompts", "position_ids",
+    "audit",
 ]

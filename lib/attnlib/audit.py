@@ -1,0 +1,907 @@
+"""Ask the course's four questions of anyone's attention code: ``audit(obj, kind=..., **sizes) -> Report``.
+
+The four questions (from the introduction): (1) where do Q, K and V come from, (2) which axis of the score table
+is the query, (3) where does the mask enter, (4) what do the weights multiply. The audit answers them by
+*looking*: while the code runs, a ``TorchFunctionMode`` records the torch calls it makes (softmax and its axis,
+the matrix products and their operands, ``masked_fill`` and ``where``, the float → bool conversions, and the
+arguments of ``scaled_dot_product_attention``). Where looking cannot tell, it probes properties: change a future
+token, change another sequence of the batch, run a float16 and a bfloat16 copy, give it large scores, and, for a
+core, ask for a cached step (fewer queries than keys).
+
+Kinds:
+- ``"core"``: ``obj(Q, K, V) -> O``, Q (B, h, T_q, d_k), K (B, h, T_k, d_k), V (B, h, T_k, d_v); with T_q < T_k
+  the queries are the last T_q positions. Sizes (optional): ``h``, ``d_k``, ``d_v``, ``max_T``.
+- ``"layer"``: ``obj(X) -> Y``, X (B, T, d_model), Y (B, T, d_model) or a tuple/list whose first item is Y.
+  Sizes: ``d_model`` (required), ``max_T``.
+- ``"model"``: ``obj(ids) -> logits`` (B, T, vocab_size), or an object with ``.logits``, or a tuple whose first
+  item is the logits. Sizes: ``vocab_size`` (required), ``max_T``.
+
+Labels (``Finding.label``): leak, batch-mixing, mask-offset, mask-convention, mask-after-softmax, softmax-axis,
+weights-times-K, scale, nan-empty-row, half-precision, unstable, and three more: head-split (a changed token moves
+other rows of the queries that reach the score table), cached-step (a core that fails, or computes something else,
+when T_q < T_k) and nan (NaN on ordinary float32 input, with no empty row to blame). :data:`LABELS` gives each
+label's question and meaning.
+
+The exercise checker of the audit page, :func:`check_audit_prediction`, is built on the checkers' engine
+(``checks._core``) and is also reachable as ``attnlib.checks.check_audit_prediction``.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import math
+import textwrap
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ._validate import _show, boundary, require_choice, require_positive
+from .checks._core import Mistake, Verdict, _close, checker, named
+
+__all__ = ["audit", "Report", "Finding", "LABELS", "check_audit_prediction"]
+
+# label -> (question it answers, or None; what it means)
+LABELS = {
+    "leak": (3, "an output at position i changes when an input after i changes"),
+    "batch-mixing": (None, "one sequence's output changes when another sequence of the batch changes"),
+    "mask-offset": (3, "the diagonal of the mask is misplaced"),
+    "mask-convention": (3, "a boolean mask read in the other convention"),
+    "mask-after-softmax": (3, "the mask enters after softmax"),
+    "softmax-axis": (2, "softmax runs over an axis other than the keys"),
+    "weights-times-K": (4, "the weights multiply K instead of V"),
+    "scale": (None, "the scores are scaled by something other than 1/√d_k"),
+    "nan-empty-row": (3, "a query the code's own mask leaves with no key gives NaN"),
+    "nan": (None, "ordinary float32 input gives NaN"),
+    "half-precision": (None, "float16 or bfloat16 input gives NaN or inf where float32 is finite"),
+    "unstable": (None, "large float32 scores (|s| ≥ 100) overflow"),
+    "head-split": (1, "the queries that reach the score table mix positions (heads split without a transpose)"),
+    "cached-step": (3, "a cached step (T_q < T_k) fails or differs from the full computation's last rows"),
+}
+
+KINDS = ("core", "layer", "model")
+_SIZES = {"core": {"h": 2, "d_k": 8, "d_v": 8, "max_T": 6}, "layer": {"d_model": None, "max_T": 6},
+          "model": {"vocab_size": None, "max_T": 6}}
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing found: ``label`` (see :data:`LABELS`), ``question`` (1–4 or None) and ``message``."""
+
+    label: str
+    question: int | None
+    message: str
+
+    def __str__(self) -> str:
+        q = f"question {self.question}" if self.question else "no question"
+        return f"✗ {self.label} ({q}): {self.message}"
+
+
+@dataclass
+class Report:
+    """What the audit found: ``ok``, ``findings`` and ``looked_at`` (what was traced and probed)."""
+
+    kind: str
+    findings: list[Finding] = field(default_factory=list)
+    looked_at: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def labels(self) -> list[str]:
+        return [f.label for f in self.findings]
+
+    def __str__(self) -> str:
+        if self.ok:
+            head = f"audit of a {self.kind}: nothing found"
+        else:
+            n = len(self.findings)
+            head = f"audit of a {self.kind}: {n} finding{'s' * (n != 1)}"
+        wrap = dict(width=88, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+        lines = [head] + [textwrap.fill(str(f), **wrap) for f in self.findings]
+        lines.append(textwrap.fill("looked at: " + ", ".join(self.looked_at), **wrap))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        head = html.escape(str(self).split("\n")[0])
+        rows = "".join(f"<tr><td><code>{f.label}</code></td><td>{f.question or '–'}</td>"
+                       f"<td>{html.escape(f.message)}</td></tr>" for f in self.findings)
+        table = (f"<table><thead><tr><th>label</th><th>question</th><th>what was found</th></tr></thead>"
+                 f"<tbody>{rows}</tbody></table>") if rows else ""
+        seen = html.escape(", ".join(self.looked_at))
+        return f"<div><p><strong>{head}</strong></p>{table}<p>looked at: {seen}</p></div>"
+
+
+def _finding(label: str, message: str) -> Finding:
+    return Finding(label, LABELS[label][0], message)
+
+
+# ------------------------------------------------------------------------------------------------ the trace
+
+_SOFTMAX = {torch.softmax, F.softmax, torch.Tensor.softmax, torch.special.softmax}
+_MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm, torch.einsum,
+           torch.baddbmm}
+_FILL = {torch.Tensor.masked_fill, torch.Tensor.masked_fill_, torch.masked_fill, torch.where}
+_SCALAR = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul, torch.mul, torch.Tensor.__imul__,
+           torch.Tensor.mul_, torch.Tensor.__truediv__, torch.Tensor.div, torch.div, torch.Tensor.__itruediv__,
+           torch.Tensor.div_, torch.true_divide}
+_DIVIDE = {torch.Tensor.__truediv__, torch.Tensor.div, torch.div, torch.Tensor.__itruediv__, torch.Tensor.div_,
+           torch.true_divide}
+_SAME = {torch.Tensor.transpose, torch.transpose, torch.Tensor.permute, torch.permute, torch.Tensor.contiguous,
+         torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.Tensor.to, torch.Tensor.float,
+         torch.Tensor.half, torch.Tensor.bfloat16, torch.Tensor.double, torch.Tensor.type, torch.Tensor.type_as,
+         torch.Tensor.clone, F.dropout, torch.Tensor.expand, torch.Tensor.mT.__get__, torch.Tensor.T.__get__,
+         torch.Tensor.__getitem__}
+_TO_BOOL = {torch.Tensor.bool, torch.Tensor.to, torch.Tensor.type}
+_SDPA = F.scaled_dot_product_attention
+
+
+@dataclass
+class _Call:
+    func: object
+    args: tuple
+    kwargs: dict
+    out: object
+
+
+class _Recorder(TorchFunctionMode):
+    """Records the torch calls that the audit reads (outermost calls only: torch's own insides are not seen)."""
+
+    WATCH = _SOFTMAX | _MATMUL | _FILL | _SCALAR | _SAME | _TO_BOOL | {_SDPA, torch.Tensor.__add__,
+                                                                     torch.Tensor.__iadd__, torch.add}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[_Call] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in self.WATCH:
+            self.calls.append(_Call(func, args, kwargs, out))
+        return out
+
+
+def _tensor_args(call: _Call) -> list[torch.Tensor]:
+    found = [a for a in call.args if isinstance(a, torch.Tensor)]
+    if call.func is torch.einsum:
+        found = [a for a in (call.args[1:] if len(call.args) > 1 else []) for a in (a if isinstance(a, (list, tuple))
+                                                                                     else [a])
+                 if isinstance(a, torch.Tensor)]
+    if call.func is torch.baddbmm:
+        found = found[1:3]
+    return found
+
+
+class _Trace:
+    """The calls of one run, with the walks the analysis needs (back through reshapes and scalar factors)."""
+
+    def __init__(self, calls: list[_Call]):
+        self.calls = calls
+
+    def producer(self, t, before: int) -> int | None:
+        for i in range(before - 1, -1, -1):
+            if self.calls[i].out is t:
+                return i
+        return None
+
+    def origin(self, t, before: int, *, through_scalars: bool = True) -> tuple[object, float, int | None]:
+        """Walk back from ``t`` through shape-only calls (and scalar factors): (the first other tensor, factor,
+        index of its producer)."""
+        factor, at = 1.0, before
+        for _ in range(64):
+            i = self.producer(t, at)
+            if i is None:
+                return t, factor, None
+            c = self.calls[i]
+            ts = _tensor_args(c)
+            if c.func in _SAME and ts and not (c.func in _TO_BOOL and getattr(c.out, "dtype", None) == torch.bool):
+                t, at = ts[0], i
+                continue
+            if through_scalars and c.func in _SCALAR:
+                s = _scalar_factor(c)
+                if s is not None:
+                    factor *= s
+                    t, at = next(a for a in c.args if isinstance(a, torch.Tensor) and a.numel() > 1), i
+                    continue
+            return t, factor, i
+        return t, factor, None
+
+    def from_softmax(self, t, before: int) -> bool:
+        _, _, i = self.origin(t, before, through_scalars=False)
+        return i is not None and self.calls[i].func in _SOFTMAX
+
+
+def _scalar_factor(c: _Call) -> float | None:
+    """The number a scalar multiply or divide applies, or None when it is not one."""
+    tensors = [a for a in c.args if isinstance(a, torch.Tensor)]
+    big = [a for a in tensors if a.numel() > 1]
+    if len(big) != 1:
+        return None
+    others = [a for a in list(c.args) + list(c.kwargs.values()) if a is not big[0]]
+    if len(others) != 1:
+        return None
+    s = others[0]
+    if isinstance(s, torch.Tensor):
+        if s.numel() != 1:
+            return None
+        s = s.item()
+    if not isinstance(s, (int, float)) or s == 0:
+        return None
+    return 1.0 / s if c.func in _DIVIDE and c.args[0] is big[0] else float(s)
+
+
+def _traced(fn, *args):
+    rec = _Recorder()
+    with rec:
+        out = fn(*args)
+    return out, _Trace(rec.calls)
+
+
+# ------------------------------------------------------------------------------------------------ reading a trace
+
+def _blocked(Z: torch.Tensor) -> torch.Tensor:
+    return torch.isneginf(Z) | (Z < -1e4)
+
+
+def _expected(T_q: int, T_k: int) -> torch.Tensor:
+    return ~torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q)
+
+
+def _rows(allowed: torch.Tensor) -> str:
+    return " / ".join("".join("1" if x else "0" for x in row) for row in allowed.tolist())
+
+
+def _pattern(allowed: torch.Tensor, where: str) -> list[Finding]:
+    """Compare a (…, T_q, T_k) table of what each query may read with the causal one."""
+    allowed = allowed.detach().cpu().bool()
+    flat = allowed.reshape(-1, *allowed.shape[-2:])
+    a = flat[0]
+    T_q, T_k = a.shape
+    want = _expected(T_q, T_k)
+    if bool((flat == want).all()):
+        return []
+    shown = f"{where}: query rows read keys {_rows(a)} (1 = may read), where causal attention reads {_rows(want)}"
+    i = torch.arange(T_q)[:, None] + (T_k - T_q)
+    j = torch.arange(T_k)[None, :]
+    if not bool(a.logical_not().any()):
+        return []   # nothing masked at all: the leak probe says what that does
+    if torch.equal(a, j >= i) or torch.equal(a, j > i) or torch.equal(a, ~want):
+        return [_finding("mask-convention", f"{shown}: the mask keeps the future and blocks the past, a boolean "
+                         "mask read in the other convention (SDPA reads True as may attend).")]
+    if torch.equal(a, j < i):
+        why = "a query cannot read its own key"
+    elif torch.equal(a, j <= i + 1):
+        why = "each query also reads the next key"
+    elif T_q < T_k and torch.equal(a, j <= torch.arange(T_q)[:, None]):
+        why = "the cached step's queries are aligned top-left, as if they were the first positions"
+    else:
+        why = "the diagonal is misplaced"
+    return [_finding("mask-offset", f"{shown}: {why}.")]
+
+
+def _factor_text(f: float, d_k: int, d_model: int | None) -> str:
+    if abs(f - 1) < 1e-4:
+        return "the scores are not scaled (factor 1)"
+    n = 1 / f ** 2
+    name = ""
+    if abs(n - round(n)) < 1e-3 * n:
+        n = round(n)
+        name = f" = 1/√{n}"
+        if abs(1 / f - round(1 / f)) < 1e-4 * (1 / f) and round(1 / f) in (d_k, d_model):
+            name += f" = 1/{round(1 / f)}"
+        if d_model and n == d_model and d_model != d_k:
+            name += " (d_model, not the head size d_k)"
+        elif n == d_k ** 2:
+            name += " (1/d_k, not 1/√d_k)"
+    return f"the scores are multiplied by {f:.4f}{name}"
+
+
+def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) -> tuple[list[Finding], dict]:
+    """Findings from one trace, and facts (empty rows, whether a mask or a softmax was seen)."""
+    found: list[Finding] = []
+    facts = {"softmax": False, "mask": False, "empty": False, "max_score": 0.0, "max_product": 0.0,
+             "queries": []}
+    score_K = []
+    for idx, c in enumerate(trace.calls):
+        if c.func is _SDPA:
+            facts["softmax"] = True
+            q, k, v = (list(c.args) + [None] * 3)[:3]
+            q = c.kwargs.get("query", q)
+            k = c.kwargs.get("key", k)
+            v = c.kwargs.get("value", v)
+            mask = c.kwargs.get("attn_mask", c.args[3] if len(c.args) > 3 else None)
+            causal = c.kwargs.get("is_causal", c.args[5] if len(c.args) > 5 else False)
+            scale = c.kwargs.get("scale", None)
+            d_k = q.shape[-1]
+            used = 1 / math.sqrt(d_k) if scale is None else float(scale)
+            _, fq, _ = trace.origin(q, idx)
+            _, fk, _ = trace.origin(k, idx)
+            total = used * fq * fk
+            facts["max_score"] = max(facts["max_score"], float((q.double() @ k.double().mT).abs().max()) * total)
+            if abs(total * math.sqrt(d_k) - 1) > 1e-3:
+                found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model)}; scaled dot-product "
+                                      f"attention needs 1/√d_k = 1/√{d_k} (scaled_dot_product_attention's own "
+                                      f"scale is {'1/√d_k' if scale is None else 'given'})."))
+            facts["queries"].append(q)
+            T_q, T_k = q.shape[-2], k.shape[-2]
+            allowed = torch.ones(T_q, T_k, dtype=torch.bool)
+            if causal:
+                facts["mask"] = True
+                allowed = allowed & torch.ones(T_q, T_k, dtype=torch.bool).tril()
+            if mask is not None:
+                facts["mask"] = True
+                m = mask.detach().cpu()
+                allowed = allowed & (m if m.dtype == torch.bool else ~_blocked(m.float()))
+            converted = ""
+            if mask is not None and mask.dtype == torch.bool:
+                j = trace.producer(mask, idx)
+                if j is not None and trace.calls[j].func in _TO_BOOL:
+                    src = _tensor_args(trace.calls[j])
+                    if src and src[0].is_floating_point() and bool(_blocked(src[0]).any()):
+                        converted = (" The boolean mask was converted from an additive float mask (0 = read, "
+                                     "−inf = blocked): its True entries are the blocked ones.")
+            pattern = _pattern(allowed.expand(*q.shape[:-2], T_q, T_k) if allowed.dim() > 2 else allowed,
+                               f"{where}, scaled_dot_product_attention's mask")
+            if converted and pattern and pattern[0].label == "mask-convention":
+                pattern = [_finding("mask-convention", pattern[0].message + converted)]
+            found += pattern
+            facts["empty"] |= bool((~allowed).all(-1).any())
+            score_K.append(k)
+            if v is k or (v.shape == k.shape and torch.equal(v, k)):
+                found.append(_finding("weights-times-K", f"{where}: scaled_dot_product_attention is given the "
+                                      "keys K as its values, so the weights multiply K, not V."))
+            continue
+        if c.func in _SOFTMAX:
+            facts["softmax"] = True
+            Z = c.args[0]
+            dim = c.kwargs.get("dim", c.args[1] if len(c.args) > 1 else None)
+            if Z.dim() < 2:
+                continue
+            dim = Z.dim() - 1 if dim is None else dim % Z.dim()
+            if dim != Z.dim() - 1:
+                which = "the query axis" if dim == Z.dim() - 2 else f"axis {dim} of {Z.dim()}"
+                found.append(_finding("softmax-axis", f"{where}: softmax runs over {which} of the score table "
+                                      f"{tuple(Z.shape)}, so each column, not each query's row, sums to 1; the "
+                                      "keys are the last axis."))
+            blocked = _blocked(Z.detach())
+            facts["mask"] |= bool(blocked.any())
+            facts["empty"] |= bool(blocked.all(-1).any())
+            found += _pattern(~blocked, f"{where}, the scores that reach softmax")
+            # the score table: the last matrix product of the same shape that Z is a multiple of
+            for j in range(idx - 1, -1, -1):
+                m = trace.calls[j]
+                if m.func not in _MATMUL or not isinstance(m.out, torch.Tensor) or m.out.shape != Z.shape:
+                    continue
+                S, Zd = m.out.detach().double(), Z.detach().double()
+                keep = ~blocked & (S.abs() > 1e-6)
+                if not bool(keep.any()):
+                    continue
+                c_post = float((Zd[keep] / S[keep]).median())
+                if not torch.allclose(Zd[keep], c_post * S[keep], rtol=1e-3, atol=1e-4):
+                    continue
+                ops = _tensor_args(m)
+                if len(ops) != 2:
+                    break
+                _, fa, _ = trace.origin(ops[0], j)
+                _, fb, _ = trace.origin(ops[1], j)
+                total, d_k = c_post * fa * fb, ops[0].shape[-1]
+                facts["max_score"] = max(facts["max_score"], float((S[keep] * total).abs().max()))
+                if abs(total * math.sqrt(d_k) - 1) > 1e-3:
+                    found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model)} between QKᵀ "
+                                          f"and softmax; scaled dot-product attention needs 1/√d_k = 1/√{d_k}."))
+                score_K.append(ops[1].mT)
+                facts["queries"].append(ops[0])
+                break
+            continue
+        if c.func in _FILL or (c.func in _SCALAR and _scalar_factor(c) is None):
+            target, dropped = _masked_entries(c)
+            if target is not None and target.dim() >= 2 and trace.from_softmax(target, idx) and _partial_rows(
+                    dropped, target.shape):
+                found.append(_finding("mask-after-softmax", f"{where}: the weights coming out of softmax are "
+                                      "masked afterwards, so each row was normalised over keys it then loses "
+                                      "(the future still shapes the past through the sum)."))
+            continue
+        if c.func in _MATMUL:
+            ops = _tensor_args(c)
+            if len(ops) != 2:
+                continue
+            out = c.out
+            if isinstance(out, torch.Tensor) and out.dim() >= 3 and out.shape[-1] == out.shape[-2] > 1 and not any(
+                    trace.from_softmax(a, idx) for a in ops):   # a square table of products: scores, perhaps
+                facts["max_product"] = max(facts["max_product"], float(out.detach().abs().max()))
+            for a, b in (ops, ops[::-1]):
+                if trace.from_softmax(a, idx):
+                    partner, _, _ = trace.origin(b, idx, through_scalars=False)
+                    keys = [t for t in score_K + [K_in] if t is not None]
+                    values = [t for t in [V_in] if t is not None]
+                    def same(x, y):
+                        return x.shape == y.shape and torch.equal(x.detach(), y.detach())
+                    if any(same(b, k) or same(partner, k) for k in keys) and not any(
+                            same(b, v) or same(partner, v) for v in values):
+                        found.append(_finding("weights-times-K", f"{where}: the weights P multiply the keys K, "
+                                              "not the values V."))
+                    break
+    return _unique(found), facts
+
+
+def _masked_entries(c: _Call):
+    """(the tensor a masking call acts on, a boolean table of the entries it overwrites), or (None, None)."""
+    ts = _tensor_args(c)
+    if c.func is torch.where:
+        if len(c.args) < 3 or not isinstance(c.args[0], torch.Tensor):
+            return None, None
+        cond, x, y = c.args[:3]
+        if isinstance(x, torch.Tensor) and x.dim() >= 2:
+            return x, ~cond.bool()
+        return (y, cond.bool()) if isinstance(y, torch.Tensor) else (None, None)
+    if c.func in _FILL:
+        mask = c.args[1] if len(c.args) > 1 else c.kwargs.get("mask")
+        return (ts[0], mask.bool()) if ts and isinstance(mask, torch.Tensor) else (None, None)
+    if len(ts) == 2:   # a product with a table of 0s and 1s
+        return (ts[0], ts[1] == 0) if ts[0].dim() >= ts[1].dim() else (ts[1], ts[0] == 0)
+    return None, None
+
+
+def _partial_rows(dropped, shape) -> bool:
+    """Whether some row loses some of its entries but not all: a mask, not the clean-up of an empty row."""
+    if dropped is None:
+        return False
+    try:
+        m = dropped.detach().cpu().broadcast_to(shape)
+    except RuntimeError:
+        return False
+    return bool((m.any(-1) & ~m.all(-1)).any())
+
+
+def _unique(found: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in found:
+        if f.label not in seen:
+            seen.add(f.label)
+            out.append(f)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the subjects
+
+def _first_tensor(result, kind: str):
+    if isinstance(result, torch.Tensor):
+        return result
+    logits = getattr(result, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):
+        return result[0]
+    want = {"core": "a tensor O (B, h, T_q, d_v)", "layer": "a tensor Y (B, T, d_model), or a tuple whose first "
+            "item is one", "model": "logits (B, T, vocab_size), an object with .logits, or a tuple whose first "
+            "item is the logits"}[kind]
+    raise TypeError(f"audit: the {kind} must return {want}; it returned {_show(result)}")
+
+
+class _Subject:
+    """How to make inputs for one kind, call the object on them, and perturb them."""
+
+    def __init__(self, obj, kind: str, sizes: dict):
+        self.obj, self.kind, self.sizes = obj, kind, sizes
+        self.max_T = sizes["max_T"]
+        self.gen = torch.Generator().manual_seed(0)
+        self.dtype, self.device = torch.float32, torch.device("cpu")
+        if isinstance(obj, nn.Module):
+            p = next(iter(obj.parameters()), None)
+            if p is not None:
+                self.device = p.device
+                if p.is_floating_point() and kind == "layer":
+                    self.dtype = p.dtype
+
+    def _randn(self, *shape):
+        return torch.randn(*shape, generator=self.gen, dtype=torch.float64).to(self.dtype).to(self.device)
+
+    def inputs(self, B: int, T: int, T_q: int | None = None):
+        if self.kind == "core":
+            h, d_k, d_v = self.sizes["h"], self.sizes["d_k"], self.sizes["d_v"]
+            T_q = T if T_q is None else T_q
+            return (self._randn(B, h, T_q, d_k), self._randn(B, h, T, d_k), self._randn(B, h, T, d_v))
+        if self.kind == "layer":
+            return (self._randn(B, T, self.sizes["d_model"]),)
+        ids = torch.randint(0, self.sizes["vocab_size"], (B, T), generator=self.gen)
+        return (ids.to(self.device),)
+
+    def call(self, *args):
+        try:
+            result = self.obj(*args)
+        except Exception as e:   # the object's own failure, said where it happened
+            raise RuntimeError(f"audit: calling the {self.kind} on {self.describe(*_bt(self, args))} raised "
+                               f"{type(e).__name__}: {e}") from e
+        return _first_tensor(result, self.kind)
+
+    def trace(self, *args):
+        out, trace = _traced(self.obj, *args)
+        return _first_tensor(out, self.kind), trace
+
+    def change_from(self, args, pos: int):
+        """A copy of the inputs with every position ≥ pos changed."""
+        out = []
+        for a in args:
+            a = a.clone()
+            ax = -2 if self.kind == "core" else 1
+            sl = [slice(None)] * a.dim()
+            sl[ax] = slice(pos, None)
+            if self.kind == "model":
+                a[tuple(sl)] = (a[tuple(sl)] + 1) % self.sizes["vocab_size"]
+            else:
+                a[tuple(sl)] = self._randn(*a[tuple(sl)].shape)
+            out.append(a)
+        return tuple(out)
+
+    def change_sequence(self, args, b: int):
+        out = []
+        for a in args:
+            a = a.clone()
+            if self.kind == "model":
+                a[b] = (a[b] + 1) % self.sizes["vocab_size"]
+            else:
+                a[b] = self._randn(*a[b].shape)
+            out.append(a)
+        return tuple(out)
+
+    def positions(self, out, sl):
+        return out[..., sl, :] if self.kind == "core" else out[:, sl]
+
+    def describe(self, B: int, T: int) -> str:
+        if self.kind == "core":
+            return f"Q, K, V of B={B}, h={self.sizes['h']}, T={T}, d_k={self.sizes['d_k']}"
+        if self.kind == "layer":
+            return f"X of B={B}, T={T}, d_model={self.sizes['d_model']}"
+        return f"ids of B={B}, T={T}"
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().double(), b.detach().double()
+    scale = 1 + float(a.nan_to_num(0, 0, 0).abs().max()) if a.numel() else 1.0
+    return not _close(a, b, 1e-4 * scale)
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())
+
+
+# ------------------------------------------------------------------------------------------------ the probes
+
+def _leak_at(s: _Subject, T: int) -> list[int]:
+    """The earlier positions whose output changes when position T − 1 of a batch of one changes."""
+    args = s.inputs(1, T)
+    base = s.call(*args)
+    moved = s.call(*s.change_from(args, T - 1))
+    return [i for i in range(T - 1) if _differs(s.positions(base, slice(i, i + 1)),
+                                                s.positions(moved, slice(i, i + 1)))]
+
+
+def _probe_leak(s: _Subject) -> Finding | None:
+    if not _leak_at(s, s.max_T):   # the longest input first; the search for the smallest only when it leaks
+        return None
+    for T in range(2, s.max_T + 1):
+        changed = _leak_at(s, T)
+        if changed:
+            where = ", ".join(map(str, changed))
+            return _finding("leak", f"with {s.describe(1, T)}, changing only position {T - 1} changes the output "
+                            f"at position{'s' * (len(changed) > 1)} {where}: an earlier output reads the future.")
+    return None
+
+
+def _probe_head_split(s: _Subject) -> Finding | None:
+    """Change only the last token: the queries that reach the first score table may change in their last row only."""
+    T = min(4, s.max_T)
+    args = s.inputs(1, T)
+    before = _read(s.trace(*args)[1], "", None)[1]["queries"]
+    after = _read(s.trace(*s.change_from(args, T - 1))[1], "", None)[1]["queries"]
+    if not before or not after or before[0].shape != after[0].shape or before[0].shape[-2] != T:
+        return None
+    rows = [i for i in range(T - 1) if _differs(before[0][..., i, :], after[0][..., i, :])]
+    if not rows:
+        return None
+    return _finding("head-split", f"with {s.describe(1, T)}, changing only position {T - 1} changes row"
+                    f"{'s' * (len(rows) > 1)} {', '.join(map(str, rows))} of the queries that reach the first "
+                    "score table: a row of Q must come from its own position only (heads split by a reshape "
+                    "without a transpose?).")
+
+
+def _probe_batch(s: _Subject) -> Finding | None:
+    T = min(3, s.max_T)
+    args = s.inputs(2, T)
+    base = s.call(*args)
+    moved = s.call(*s.change_sequence(args, 1))
+    if _differs(base[0], moved[0]):
+        return _finding("batch-mixing", f"with {s.describe(2, T)}, changing sequence 1 changes the output of "
+                        "sequence 0: the sequences of a batch must not read each other.")
+    return None
+
+
+def _probe_cached(s: _Subject) -> Finding | None:
+    T, T_q = min(5, s.max_T), 2
+    Q, K, V = s.inputs(1, T)
+    full = s.call(Q, K, V)
+    where = f"a cached step (T_q={T_q} queries, the last of T_k={T} keys)"
+    try:
+        step, trace = s.trace(Q[..., -T_q:, :], K, V)
+    except Exception as e:  # noqa: BLE001 - the core's own failure is the finding
+        return _finding("cached-step", f"{where} raises {type(e).__name__}: the core must accept fewer queries "
+                        "than keys.")
+    if tuple(step.shape) == tuple(full[..., -T_q:, :].shape) and not _differs(step, full[..., -T_q:, :]):
+        return None
+    seen = [f for f in _read(trace, f"in {where}", None)[0] if f.label == "mask-offset"]
+    if seen:
+        return seen[0]
+    return _finding("cached-step", f"{where} gives other outputs than the last {T_q} rows of the full "
+                    f"computation on the same Q, K, V.")
+
+
+def _low_precision_copy(s: _Subject, dtype):
+    obj = s.obj
+    if isinstance(obj, nn.Module):
+        obj = copy.deepcopy(obj).to(dtype)
+    elif s.kind != "core":
+        return None
+    return obj
+
+
+def _probe_half(s: _Subject, args, base) -> tuple[Finding | None, str | None]:
+    if not _finite(base):
+        return None, None
+    for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        obj = _low_precision_copy(s, dtype)
+        if obj is None:
+            return None, "half precision (not a module)"
+        low = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
+        try:
+            out = _first_tensor(obj(*low), s.kind)
+        except Exception as e:  # noqa: BLE001 - a failure in half precision is the finding
+            return _finding("half-precision", f"with {s.describe(*_bt(s, args))} in {name} the code raises "
+                            f"{type(e).__name__}, where float32 runs."), None
+        if not _finite(out):
+            return _finding("half-precision", f"with {s.describe(*_bt(s, args))} in {name} the output holds NaN "
+                            "or inf where float32 gives finite values (a fill value or a product that the "
+                            "format cannot hold?)."), None
+    return None, None
+
+
+def _bt(s: _Subject, args) -> tuple[int, int]:
+    a = args[0]
+    return (a.shape[0], a.shape[-2] if s.kind == "core" else a.shape[1])
+
+
+def _probe_unstable(s: _Subject, max_score: float) -> tuple[Finding | None, str | None]:
+    T = min(4, s.max_T)
+    args = s.inputs(1, T)
+    if s.kind == "model":
+        return None, None
+    if s.kind == "core":
+        Q, K, V = args
+        S = (Q.double() @ K.double().mT) / math.sqrt(s.sizes["d_k"])
+        alpha = 1000.0 / float(S.abs().max())
+        args = (Q * alpha, K, V)
+    else:
+        if max_score <= 0:
+            return None, "large scores (no score table seen)"
+        alpha = math.sqrt(1000.0 / max_score)
+        args = (args[0] * alpha,)
+    try:
+        out, trace = s.trace(*args)
+    except Exception as e:  # noqa: BLE001 - a failure on large scores is the finding
+        return _finding("unstable", f"with {s.describe(1, T)} scaled so that scores reach |s| ≥ 100 the code "
+                        f"raises {type(e).__name__}."), None
+    if s.kind == "layer":
+        _, facts = _read(trace, "", None)
+        if max(facts["max_score"], facts["max_product"]) < 100:
+            return None, "large scores (not reached)"
+    if not _finite(out):
+        return _finding("unstable", f"with {s.describe(1, T)} scaled so that scores reach |s| ≥ 100, the output "
+                        "holds NaN or inf: exp of a large score overflows unless the row's maximum is subtracted "
+                        "first."), None
+    return None, None
+
+
+# ------------------------------------------------------------------------------------------------ variants (cores)
+
+def _variant_outputs(Q, K, V) -> dict[str, torch.Tensor]:
+    """Named wrong cores, as the checkers' mistakes: a core whose output matches one of them is that mistake."""
+    Q, K, V = Q.double(), K.double(), V.double()
+    d_k = Q.shape[-1]
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    S = Q @ K.mT
+    M = torch.zeros(T_q, T_k, dtype=torch.float64).masked_fill(~_expected(T_q, T_k), float("-inf"))
+    right = torch.softmax(S / math.sqrt(d_k) + M, -1)
+    return {
+        "scale": torch.softmax(S / d_k + M, -1) @ V,
+        "softmax-axis": torch.softmax(S / math.sqrt(d_k) + M, -2).nan_to_num() @ V,
+        "weights-times-K": right @ K,
+        "mask-after-softmax": torch.softmax(S / math.sqrt(d_k), -1).masked_fill(M < 0, 0) @ V,
+        "mask-convention": torch.softmax((S / math.sqrt(d_k)).masked_fill(M == 0, float("-inf")), -1) @ V,
+    }
+
+
+def _probe_variants(s: _Subject) -> Finding | None:
+    args = s.inputs(1, min(4, s.max_T))
+    out = s.call(*args)
+    for label, want in _variant_outputs(*args).items():
+        if out.shape == want.shape and _close(out.double(), want, 1e-4):
+            return _finding(label, f"with {s.describe(1, args[1].shape[-2])} the output equals a core with this "
+                            f"mistake: {LABELS[label][1]}.")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ the audit
+
+def _audit_args(obj, kind, sizes):
+    kind = require_choice(kind, "kind", KINDS)
+    if not callable(obj):
+        raise TypeError(f"audit: obj must be the attention code to call (a function or an nn.Module), "
+                        f"got {_show(obj)}")
+    allowed = _SIZES[kind]
+    extra = sorted(set(sizes) - set(allowed))
+    if extra:
+        raise TypeError(f"audit(kind={kind!r}) takes the sizes {', '.join(allowed)}; got {', '.join(extra)}")
+    missing = [n for n, v in allowed.items() if v is None and n not in sizes]
+    if missing:
+        example = {"layer": "audit(layer, kind='layer', d_model=64)",
+                   "model": "audit(model, kind='model', vocab_size=65)"}[kind]
+        raise TypeError(f"audit(kind={kind!r}) needs the size {missing[0]}, e.g. {example}")
+    full = {**allowed, **sizes}
+    full.update(zip(full, require_positive(**full)))
+    if full["max_T"] < 2:
+        raise ValueError(f"max_T must be at least 2 (a leak needs two positions), got {full['max_T']}")
+    return {"kind": kind, "sizes": full}
+
+
+@boundary(_audit_args)
+def audit(obj, kind: str = "core", **sizes) -> Report:
+    """Ask the four questions of ``obj``: trace what it computes and probe its properties; return a Report.
+
+    ``kind="core"``: obj(Q, K, V) → O, Q (B, h, T_q, d_k), K (B, h, T_k, d_k), V (B, h, T_k, d_v).
+    ``kind="layer"``: obj(X) → Y, X and Y (B, T, d_model) (or a tuple whose first item is Y); needs ``d_model``.
+    ``kind="model"``: obj(ids) → logits (B, T, vocab_size) (or ``.logits``, or a tuple); needs ``vocab_size``.
+    """
+    s = _Subject(obj, kind, sizes)
+    report = Report(kind)
+    modules = [m for m in ([obj] if isinstance(obj, nn.Module) else []) for m in m.modules()]
+    training = [m.training for m in modules]
+    for m in modules:
+        m.training = False
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            _run(s, report)
+    finally:
+        for m, t in zip(modules, training):
+            m.training = t
+    return report
+
+
+audit.LABELS = LABELS   # so that attnlib.audit.LABELS works, though the package's name `audit` is this function
+
+
+def _run(s: _Subject, report: Report) -> None:
+    found: list[Finding] = []
+    T = min(3, s.max_T)
+    args = s.inputs(1, T)
+    K_in, V_in = (args[1], args[2]) if s.kind == "core" else (None, None)
+    try:
+        out, trace = s.trace(*args)
+    except Exception as e:
+        if str(e).startswith("audit:"):   # what came back is not a tensor: said by _first_tensor
+            raise
+        raise RuntimeError(f"audit: calling the {s.kind} on {s.describe(1, T)} raised {type(e).__name__}: {e}") \
+            from e
+    want = {"core": lambda: (1, s.sizes["h"], T, s.sizes["d_v"]), "layer": lambda: (1, T, s.sizes["d_model"]),
+            "model": lambda: (1, T, s.sizes["vocab_size"])}[s.kind]()
+    if tuple(out.shape) != want:
+        raise ValueError(f"audit: the {s.kind} returned a tensor of shape {tuple(out.shape)} for "
+                         f"{s.describe(1, T)}; expected {want}")
+    traced, facts = _read(trace, f"with {s.describe(1, T)}", s.sizes.get("d_model"), K_in, V_in)
+    report.looked_at.append("the trace (softmax, products, masks, SDPA)" if facts["softmax"]
+                            else "the trace (no softmax seen)")
+    found += traced
+    if not _finite(out):
+        if facts["empty"]:
+            found.append(_finding("nan-empty-row", f"with {s.describe(1, T)} the output holds NaN: the code's own "
+                                  "mask leaves a query with no key to read, and softmax of a row of −inf is NaN."))
+        else:
+            found.append(_finding("nan", f"with {s.describe(1, T)} (ordinary float32 values) the output holds NaN "
+                                  "or inf."))
+    leak = _probe_leak(s)
+    report.looked_at.append("a future token")
+    if leak:
+        if facts["softmax"] and not facts["mask"]:
+            leak = _finding("leak", leak.message + " No entry of the score table is masked before softmax.")
+        found.append(leak)
+    if s.kind != "core" and facts["queries"]:
+        split = _probe_head_split(s)
+        report.looked_at.append("the rows of Q when one token changes")
+        if split:
+            found.append(split)
+    batch = _probe_batch(s)
+    report.looked_at.append("another sequence")
+    if batch:
+        found.append(batch)
+    if s.kind == "core":
+        cached = _probe_cached(s)
+        report.looked_at.append("a cached step")
+        if cached:
+            found.append(cached)
+        if not facts["softmax"]:
+            variant = _probe_variants(s)
+            report.looked_at.append("named wrong cores")
+            if variant:
+                found.append(variant)
+    B2 = s.inputs(2, min(4, s.max_T))
+    half, skipped = _probe_half(s, B2, s.call(*B2))
+    report.looked_at.append("float16 and bfloat16" if not skipped else f"not {skipped}")
+    if half:
+        found.append(half)
+    unstable, skipped = (None, "large scores (NaN already)") if not _finite(out) else _probe_unstable(
+        s, facts["max_score"] or facts["max_product"] / 4)
+    if s.kind != "model":
+        report.looked_at.append("large scores" if not skipped else f"not {skipped}")
+    if unstable:
+        found.append(unstable)
+    report.findings = _unique(found)
+
+
+# ------------------------------------------------------------------------------------------------ the exercise
+
+_PREDICTION_STUB = Mistake("stub", "write your prediction first: replace `...` with a set of labels, then run the "
+                           "cell.", more="a prediction is a set of label strings, such as {\"leak\"}, or an "
+                           "empty set for a core you expect to pass.")
+_NOT_LABELS = Mistake("type", "a prediction is a set of labels from attnlib.audit.LABELS, got {got}.",
+                      more="each item must be one of the labels the audit uses: {labels}.")
+_CORRECT_CORE = Mistake("no-bug", "the audit finds nothing wrong with your core: the exercise asks for a core "
+                        "with one planted bug.", more="change one step of a correct core (the scale, the mask, "
+                        "the softmax's axis, or what the weights multiply), then predict what the audit says.")
+_MISSED = Mistake("missed", "your prediction {said}, but the audit {found}. Run audit(your_core) and read "
+                  "the messages: which of your predictions did it not confirm, and why?",
+                  more="the audit's verdict is {found}. Check each label against what your change does to the "
+                  "computation, including the cached step (fewer queries than keys).")
+
+
+@checker(mistakes=(_PREDICTION_STUB, _NOT_LABELS, _CORRECT_CORE, _MISSED))
+def check_audit_prediction(core, prediction) -> Verdict:
+    """Exercise: write a core with a bug, predict the set of labels ``audit(core)`` reports, and check."""
+    if prediction is ...:
+        return named(_PREDICTION_STUB)
+    if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)) or not all(
+            isinstance(p, str) and p in LABELS for p in prediction):
+        return named(_NOT_LABELS, got=_show(prediction), labels=", ".join(LABELS))
+    if not callable(core):
+        return named(_MISSED, said="is for a core", found="needs a function to call")
+    try:
+        core(*_Subject(core, "core", dict(_SIZES["core"])).inputs(1, 2))
+    except NotImplementedError:
+        from .checks._core import STUB
+        return named(STUB)
+    report = audit(core, kind="core")
+    found = set(report.labels)
+    if not found:
+        return named(_CORRECT_CORE)
+    said = set(prediction)
+    if said != found:
+        show = lambda x: "finds nothing" if not x else "reports " + ", ".join(sorted(x))  # noqa: E731
+        return named(_MISSED, said=show(said).replace("reports", "names").replace("finds nothing", "is empty"),
+                     found=show(found))
+    return Verdict(True, f"the audit reports {', '.join(sorted(found))}, as you predicted.")
+
+
+def _register_checker() -> None:
+    """The exercise's checker is found where every checker is: ``attnlib.checks.check_audit_prediction``."""
+    from . import checks
+    checks.check_audit_prediction = check_audit_prediction
+
+
+_register_checker()

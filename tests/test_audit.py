@@ -1,0 +1,425 @@
+"""attnlib.audit: it never blames correct attention that nobody here wrote, and it names bugs of our own making.
+
+Each reference is audited through a small adapter that passes what its model would pass: the causal mask that
+transformers builds outside its attention modules, Llama's rotary tables, nn.MultiheadAttention's batch_first and
+mask. Each bug is a small layer or core written for this file, one or more per label, among them re-creations of
+attention bugs that shipped (named after their issue or pull request).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlib import GPT, GPTConfig, MultiHeadAttention, audit
+from attnlib.audit import LABELS, Finding, Report, check_audit_prediction
+
+transformers = pytest.importorskip("transformers")
+
+D, H = 64, 4   # d_model and heads of every layer here
+
+
+# ---------------------------------------------------------------------------------------------- adapters
+
+def sdpa_core(Q, K, V):
+    """SDPA as a model calls it: is_causal for a whole prompt, a bottom-right boolean mask for a cached step."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    if T_q == T_k:
+        return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+    may_read = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=may_read)
+
+
+class TorchMHA(nn.Module):
+    """nn.MultiheadAttention(batch_first=True) with the float causal mask (−inf above the diagonal)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, H, batch_first=True)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
+        return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class TorchMHAWrongConvention(TorchMHA):
+    """The bug: SDPA's boolean convention (True = may attend) given to nn.MultiheadAttention, which reads True as
+    masked. Its insides are one call the trace cannot open, so only the probes can speak."""
+
+    def forward(self, x):
+        T = x.shape[1]
+        may_read = torch.ones(T, T, dtype=torch.bool).tril()
+        return self.mha(x, x, x, attn_mask=may_read, need_weights=False)[0]
+
+
+def hf_additive_mask(x):
+    """The mask transformers builds outside the attention module: 0 where reading is allowed, the dtype's lowest
+    value in the future, shaped (B, 1, T, T)."""
+    B, T = x.shape[:2]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    mask = torch.zeros(T, T, dtype=x.dtype).masked_fill(future, torch.finfo(x.dtype).min)
+    return mask.expand(B, 1, T, T)
+
+
+def gpt2_config(impl: str):
+    return transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=D, n_head=H, n_layer=2, resid_pdrop=0.0,
+                                   embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation=impl,
+                                   bos_token_id=49, eos_token_id=49)
+
+
+class HFGPT2Attention(nn.Module):
+    """GPT2Attention (eager or sdpa), called with the additive causal mask GPT2Model would pass it."""
+
+    def __init__(self, impl: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = transformers.models.gpt2.modeling_gpt2.GPT2Attention(gpt2_config(impl), layer_idx=0)
+
+    def forward(self, x):
+        return self.attn(x, attention_mask=hf_additive_mask(x))[0]
+
+
+class HFLlamaAttention(nn.Module):
+    """LlamaAttention with the rotary tables and the additive causal mask LlamaModel builds outside it."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.llama import modeling_llama as ml
+        config = transformers.LlamaConfig(vocab_size=50, hidden_size=D, intermediate_size=128, num_attention_heads=H,
+                                          num_key_value_heads=2, max_position_embeddings=32,
+                                          attn_implementation="eager")
+        torch.manual_seed(0)
+        self.attn, self.rope = ml.LlamaAttention(config, layer_idx=0), ml.LlamaRotaryEmbedding(config)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
+        cos, sin = self.rope(x, positions)
+        return self.attn(x, position_embeddings=(cos, sin), attention_mask=hf_additive_mask(x))[0]
+
+
+def gpt2_model(impl: str):
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(gpt2_config(impl)).eval()
+
+
+def ours(backend="sdpa", **kw):
+    torch.manual_seed(0)
+    return MultiHeadAttention(D, H, backend=backend, **kw)
+
+
+CORRECT_LAYERS = {
+    "nn.MultiheadAttention": TorchMHA,
+    "GPT2Attention eager": lambda: HFGPT2Attention("eager"),
+    "GPT2Attention sdpa": lambda: HFGPT2Attention("sdpa"),
+    "LlamaAttention": HFLlamaAttention,
+    "attnlib sdpa": ours,
+    "attnlib plain": lambda: ours("plain"),
+    "attnlib rope, grouped K/V": lambda: ours(h_kv=2, rope=True),
+}
+
+
+def test_sdpa_core_is_clean():
+    report = audit(sdpa_core, kind="core")
+    assert report.ok, report
+
+
+def test_the_librarys_core_is_clean():
+    from attnlib import attention
+    assert audit(attention, kind="core").ok
+
+
+@pytest.mark.parametrize("name", CORRECT_LAYERS)
+def test_correct_layers_are_clean(name):
+    report = audit(CORRECT_LAYERS[name](), kind="layer", d_model=D)
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_gpt2_model_is_clean(impl):
+    report = audit(gpt2_model(impl), kind="model", vocab_size=50)
+    assert report.ok, report
+
+
+def test_the_librarys_model_is_clean():
+    torch.manual_seed(0)
+    report = audit(GPT(GPTConfig(vocab_size=30, d_model=32, h=2, L=2, max_T=16)), kind="model", vocab_size=30)
+    assert report.ok, report
+
+
+def test_a_layer_of_d_model_64_takes_well_under_ten_seconds():
+    layer = HFGPT2Attention("eager")
+    start = time.perf_counter()
+    audit(layer, kind="layer", d_model=D)
+    assert time.perf_counter() - start < 5
+
+
+# ---------------------------------------------------------------------------------------------- bugs: layers
+
+class Layer(nn.Module):
+    """A GPT-style layer with switches for each bug. Every switch off gives correct causal attention."""
+
+    def __init__(self, *, scale_by="d_head", split="transpose", mask="fill", slice_mask=False, axis=-1,
+                 times="V", after=False, fill=float("-inf"), batch_mix=False, stable=True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.register_buffer("tril", torch.tril(torch.ones(16, 16)))
+        self.opts = dict(scale_by=scale_by, split=split, mask=mask, slice_mask=slice_mask, axis=axis, times=times,
+                         after=after, fill=fill, batch_mix=batch_mix, stable=stable)
+
+    def forward(self, x):
+        o = self.opts
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        if o["batch_mix"]:
+            k = k - k.mean(0, keepdim=True)
+        if o["split"] == "transpose":
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        else:   # the bug: (B, T, C) read as (B, h, T, d_head), as .view does on a contiguous tensor
+            q, k, v = (t.reshape(B, H, T, C // H) for t in (q, k, v))
+        if o["mask"] == "sdpa-triu":   # rasbt/LLMs-from-scratch #1061: True above the diagonal, given to SDPA
+            mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif o["mask"] == "float-to-bool":   # transformers #38094: the additive mask converted to bool
+            additive = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=additive.bool())
+        else:
+            d = {"d_head": C // H, "d_model": C}[o["scale_by"]]
+            s = q @ k.transpose(-2, -1) * d ** -0.5
+            keep = self.tril[1:T + 1, :T] if o["slice_mask"] else self.tril[:T, :T]
+            if o["mask"] == "fill" and not o["after"]:
+                s = s.masked_fill(keep == 0, o["fill"])
+            if o["stable"]:
+                p = F.softmax(s, dim=o["axis"])
+            else:
+                e = torch.exp(s)
+                p = e / e.sum(-1, keepdim=True)
+            if o["after"]:
+                p = p.masked_fill(keep == 0, 0.0)
+            y = p @ (v if o["times"] == "V" else k)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class HalfMaskLayer(Layer):
+    """An additive mask made from 1 − tril times a big number in the input's dtype: fine in float32, but in float16
+    the big number is −inf and 0 · (−inf) is NaN on every allowed entry."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        big = torch.tensor(-1e9, dtype=x.dtype)
+        s = q @ k.transpose(-2, -1) / math.sqrt(C // H) + (1 - self.tril[:T, :T].to(x.dtype)) * big
+        y = F.softmax(s, dim=-1) @ v
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+BUGGY_LAYERS = {
+    # ng-video-lecture PR #6: scores scaled by the embedding width C, not the head size
+    "scale-by-C": (lambda: Layer(scale_by="d_model"), {"scale"}),
+    "rasbt-1061-triu-bool-to-sdpa": (lambda: Layer(mask="sdpa-triu"), {"mask-convention", "leak"}),
+    "transformers-38094-float-mask-to-bool": (lambda: Layer(mask="float-to-bool"), {"mask-convention", "leak"}),
+    "view-without-transpose": (lambda: Layer(split="view"), {"head-split", "leak"}),
+    "buffer-sliced-one-row-down": (lambda: Layer(slice_mask=True), {"mask-offset", "leak"}),
+    "no-mask": (lambda: Layer(mask="none"), {"leak"}),
+    "softmax-over-queries": (lambda: Layer(axis=-2), {"softmax-axis"}),
+    "weights-times-K": (lambda: Layer(times="K"), {"weights-times-K"}),
+    "mask-after-softmax": (lambda: Layer(after=True), {"mask-after-softmax", "leak"}),
+    "batch-mean-of-keys": (lambda: Layer(batch_mix=True), {"batch-mixing"}),
+    "float16-fill": (HalfMaskLayer, {"half-precision"}),
+    "sdpa-convention-given-to-nn.MultiheadAttention": (TorchMHAWrongConvention, {"leak"}),
+    "exp-without-max": (lambda: Layer(stable=False), {"unstable"}),
+}
+
+
+@pytest.mark.parametrize("name", BUGGY_LAYERS)
+def test_buggy_layers_are_named(name):
+    make, labels = BUGGY_LAYERS[name]
+    report = audit(make(), kind="layer", d_model=D)
+    assert labels <= set(report.labels), report
+    assert all(f.message for f in report.findings)
+
+
+def test_the_scale_message_names_the_factor_found():
+    report = audit(Layer(scale_by="d_model"), kind="layer", d_model=D)
+    (scale,) = [f for f in report.findings if f.label == "scale"]
+    assert "0.1250 = 1/√64" in scale.message and "d_model" in scale.message and "1/√16" in scale.message
+
+
+def test_the_float_to_bool_conversion_is_named():
+    report = audit(Layer(mask="float-to-bool"), kind="layer", d_model=D)
+    assert "converted from an additive float mask" in str(report)
+
+
+# ---------------------------------------------------------------------------------------------- bugs: cores
+
+def core(Q, K, V, *, scale=None, diag=0, topleft=False, fill=float("-inf")):
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    s = Q @ K.transpose(-2, -1) * (Q.shape[-1] ** -0.5 if scale is None else scale)
+    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + diag + (0 if topleft else T_k - T_q))
+    return torch.softmax(s.masked_fill(future, fill), -1) @ V
+
+
+def manual_core(Q, K, V):
+    """No torch softmax to trace: exp and sum by hand, scaled by 1/d_k (found by the named wrong cores)."""
+    T = Q.shape[-2]
+    s = Q @ K.transpose(-2, -1) / Q.shape[-1]
+    s = s + torch.zeros(T, K.shape[-2]).masked_fill(torch.ones(T, K.shape[-2], dtype=torch.bool).triu(
+        1 + K.shape[-2] - T), float("-inf"))
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)) @ V
+
+
+def padded_core(Q, K, V):
+    """Masks the first key as if it were padding, for every query: query 0 then has nothing to read."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    s = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    blocked = torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q)
+    blocked[:, 0] = True
+    return torch.softmax(s.masked_fill(blocked, float("-inf")), -1) @ V
+
+
+def cleaned_core(Q, K, V):
+    """Correct: a row with no key to read (none here) would be NaN after softmax; it is set to 0 afterwards."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    blocked = torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q)
+    P = torch.softmax((Q @ K.mT / math.sqrt(Q.shape[-1])).masked_fill(blocked, float("-inf")), -1)
+    return P.masked_fill(blocked.all(-1, keepdim=True), 0.0) @ V
+
+
+def test_clearing_empty_rows_after_softmax_is_not_a_mask_after_softmax():
+    assert audit(cleaned_core).ok
+
+
+BUGGY_CORES = {
+    "sdpa-given-K-as-values": (lambda Q, K, V: sdpa_core(Q, K, K), {"weights-times-K"}),
+    "mask-multiplied-after-softmax": (lambda Q, K, V: (torch.softmax(Q @ K.mT / math.sqrt(Q.shape[-1]), -1)
+                                                       * torch.ones(Q.shape[-2], K.shape[-2]).tril(
+                                                           K.shape[-2] - Q.shape[-2])) @ V,
+                                      {"mask-after-softmax", "leak"}),
+    "no-scale": (lambda Q, K, V: core(Q, K, V, scale=1.0), {"scale"}),
+    "cannot-read-itself": (lambda Q, K, V: core(Q, K, V, diag=-1), {"mask-offset", "nan-empty-row"}),
+    "reads-next-key": (lambda Q, K, V: core(Q, K, V, diag=1), {"mask-offset", "leak"}),
+    "cached-top-left": (lambda Q, K, V: core(Q, K, V, topleft=True), {"mask-offset"}),
+    "is_causal-for-a-cached-step": (lambda Q, K, V: F.scaled_dot_product_attention(Q, K, V, is_causal=True),
+                                    {"mask-offset"}),
+    "sdpa-scale-given-wrong": (lambda Q, K, V: F.scaled_dot_product_attention(
+        Q, K, V, attn_mask=torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool).tril(K.shape[-2] - Q.shape[-2]),
+        scale=1 / Q.shape[-1]), {"scale"}),
+    "manual-exp-scale-1/d_k": (manual_core, {"scale"}),
+    "padding-empties-a-row": (padded_core, {"nan-empty-row"}),
+    "mask-for-T_q-only": (lambda Q, K, V: torch.softmax(
+        (Q @ K.mT).masked_fill(torch.ones(Q.shape[-2], Q.shape[-2], dtype=torch.bool).triu(1), float("-inf"))
+        / math.sqrt(Q.shape[-1]), -1) @ V, {"cached-step"}),
+}
+
+
+@pytest.mark.parametrize("name", BUGGY_CORES)
+def test_buggy_cores_are_named(name):
+    fn, labels = BUGGY_CORES[name]
+    report = audit(fn, kind="core")
+    assert labels <= set(report.labels), report
+
+
+def test_every_label_is_exercised():
+    named = set().union(*(labels for _, labels in BUGGY_LAYERS.values()),
+                        *(labels for _, labels in BUGGY_CORES.values()))
+    assert set(LABELS) - {"nan"} <= named, set(LABELS) - named
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+def test_a_model_with_a_leaking_block_is_named():
+    model = gpt2_model("eager")
+
+    class NoMask(nn.Module):
+        """GPT-2's blocks called without the mask GPT2Model builds for them: eager attention then reads all."""
+
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            t = self.m.transformer
+            x = t.wte(ids) + t.wpe(torch.arange(ids.shape[1]))
+            for block in t.h:
+                out = block(x)
+                x = out[0] if isinstance(out, tuple) else out
+            return self.m.lm_head(t.ln_f(x))
+
+    report = audit(NoMask(), kind="model", vocab_size=50)
+    assert "leak" in report.labels, report
+
+
+# ---------------------------------------------------------------------------------------------- report and errors
+
+def test_the_report_reads_well():
+    report = audit(Layer(times="K"), kind="layer", d_model=D)
+    assert not report.ok and isinstance(report.findings[0], Finding)
+    text = str(report)
+    assert text.startswith("audit of a layer: 1 finding\n  ✗ weights-times-K (question 4): ")
+    assert "<table>" in report._repr_html_() and "weights-times-K" in report._repr_html_()
+    assert repr(report) == text
+    clean = audit(sdpa_core)
+    assert str(clean).startswith("audit of a core: nothing found") and "<table>" not in clean._repr_html_()
+    assert isinstance(clean, Report) and clean.findings == []
+
+
+def test_the_labels_are_reachable_from_the_package():
+    import attnlib
+    assert attnlib.audit.LABELS is LABELS and all(q in (None, 1, 2, 3, 4) for q, _ in LABELS.values())
+
+
+def test_audit_leaves_the_module_as_it_was():
+    layer = ours()
+    layer.train()
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    audit(layer, kind="layer", d_model=D)
+    assert layer.training and all(torch.equal(before[k], v) for k, v in layer.state_dict().items())
+
+
+@pytest.mark.parametrize("call, error, fragment", [
+    (lambda: audit(sdpa_core, kind="cores"), ValueError, "kind must be 'core', 'layer' or 'model', got 'cores'"),
+    (lambda: audit(ours(), kind="layer"), TypeError, "needs the size d_model"),
+    (lambda: audit(gpt2_model("eager"), kind="model"), TypeError, "needs the size vocab_size"),
+    (lambda: audit(ours(), kind="layer", d_model=D, d_head=16), TypeError, "takes the sizes d_model, max_T"),
+    (lambda: audit(ours(), kind="layer", d_model=0), ValueError, "d_model must be a positive integer"),
+    (lambda: audit(sdpa_core, max_T=1), ValueError, "max_T must be at least 2"),
+    (lambda: audit("attention", kind="core"), TypeError, "obj must be the attention code to call"),
+    (lambda: audit(lambda Q, K, V: None), TypeError, "the core must return a tensor O"),
+    (lambda: audit(lambda X: {"y": X}, kind="layer", d_model=8), TypeError, "the layer must return a tensor Y"),
+    (lambda: audit(lambda X: X[..., :4], kind="layer", d_model=8), ValueError, "expected (1, 3, 8)"),
+    (lambda: audit(ours(), kind="layer", d_model=32), RuntimeError, "calling the layer on X of B=1, T=3, d_model=32"),
+    (lambda: audit(lambda X: X.view(1, *X.shape[1:]), kind="layer", d_model=8), RuntimeError,
+     "calling the layer on X of B=2"),
+])
+def test_bad_arguments_get_clear_errors(call, error, fragment):
+    with pytest.raises(error) as e:
+        call()
+    assert fragment in str(e.value), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- the exercise
+
+def test_the_exercise_checker():
+    def no_scale(Q, K, V):
+        return core(Q, K, V, scale=1.0)
+
+    def stub(Q, K, V):
+        raise NotImplementedError
+
+    assert check_audit_prediction(no_scale, {"scale"}).ok
+    assert check_audit_prediction(no_scale, ["scale"]).ok
+    assert check_audit_prediction(no_scale, {"leak"}).mistake == "missed"
+    assert check_audit_prediction(no_scale, ...).mistake == "stub"
+    assert check_audit_prediction(stub, {"scale"}).mistake == "stub"
+    assert check_audit_prediction(no_scale, "scale").mistake == "type"
+    assert check_audit_prediction(sdpa_core, set()).mistake == "no-bug"
+    assert str(check_audit_prediction(no_scale, {"scale"})).startswith("✓ correct")
+    from attnlib import checks
+    assert checks.check_audit_prediction is check_audit_prediction
