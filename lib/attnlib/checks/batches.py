@@ -388,11 +388,16 @@ FLOAT_01 = Mistake(
          "refuses a float mask. Return a boolean tensor, True where query i may read key j.")
 
 
-def _sink_dtype_look(fn, verdict: Verdict) -> Verdict | None:
+def _sink_dtype_look(verdict: Verdict, results) -> Verdict | None:
+    """Floats 0 and 1 in the right pattern on every case (a float mask with another pattern is not named)."""
     if verdict.mistake != "dtype":
         return None
-    got = fn(*_sink_cases()[0])
-    return named(FLOAT_01) if isinstance(got, torch.Tensor) and got.is_floating_point() else None
+    for case, got, _ in results.outputs():
+        if not (isinstance(got, torch.Tensor) and got.is_floating_point() and got.shape == (case[0], case[1])):
+            return None
+        if not (bool(((got == 0) | (got == 1)).all()) and torch.equal(got.bool(), _sink_reference(*case))):
+            return None
+    return named(FLOAT_01)
 
 
 @checker(mistakes=[*_SINK_MISTAKES, FLOAT_01])
@@ -400,7 +405,7 @@ def check_sink_window_mask(fn) -> Verdict:
     """Check ``fn(T_q, T_k, window, n_sink) -> mask`` (T_q, T_k) bool: the window and the first n_sink keys,
     never the future; query i stands at position T_k − T_q + i."""
     return judge(fn, _sink_cases(), _sink_reference, _SINK_MISTAKES,
-                 diagnose=lambda verdict: _sink_dtype_look(fn, verdict),
+                 diagnose=_sink_dtype_look,
                  success="each query reads the sinks in its past and the last window keys up to its own "
                          "position, never the future (a prompt, steps after a cache, a window longer than T, "
                          "no sink).")
