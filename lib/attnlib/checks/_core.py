@@ -40,7 +40,7 @@ from .._validate import _show as _show_value
 from .._validate import boundary
 
 __all__ = ["Verdict", "Mistake", "Group", "variants", "Guess", "judge", "judge_number", "checker", "progress",
-           "named", "hint_level", "shared_parameters"]
+           "named", "named_on", "hint_level", "shared_parameters"]
 
 # The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
 # so they read correctly in a terminal, JupyterLab and the rendered book alike.
@@ -534,6 +534,12 @@ class _Run:
         ran already): what a ``diagnose`` reads instead of running the learner's code again."""
         return [(case, *self(case)[:2]) for case, _ in self.cases]
 
+    def right(self, case: tuple, atol: float | None = None) -> bool:
+        """Whether the cached result of ``case`` has the reference's values (in any dtype); an error is not."""
+        got, e, _ = self(case)
+        atol = next(a for c, a in self.cases if c is case) if atol is None else atol
+        return e is None and got is not None and _close(got, self.reference(*_fresh(case)), atol)
+
 
 AS_GIVEN = "this is still the function as given"
 SAME_AS_GIVEN = "your code still computes what the function as given computes"
@@ -747,7 +753,7 @@ def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Cal
     groups = cases if cases and all(isinstance(c, Group) for c in cases) else [Group(cases, atol)]
     every = [(case, g.atol) for g in groups for case in g.cases]
     run = _Run(fn, mutable)
-    run.cases = every
+    run.cases, run.reference = every, reference
     verdict = _judge_cases(run, every, reference, mistakes, success)
     if verdict.ok or diagnose is None:
         return verdict
@@ -797,6 +803,30 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         verdict = Verdict(False, message, label, ladder=(message, second, message + smallest if smallest else second))
         return _at_level(verdict, hint_level(), pointer=False)
     return Verdict(True, success)
+
+
+def named_on(results: _Run, mistakes: Sequence[Mistake], reference: Callable,
+             where: Callable[[tuple], bool] = lambda case: True) -> Verdict | None:
+    """The first of ``mistakes`` that the learner's cached results match on every case that ``where`` picks (a
+    named subset of the cases), when the results are wrong on one of them; the learner's code is not run."""
+    picked = [(case, atol) for case, atol in results.cases if where(case)]
+
+    def planted(f, case):
+        try:
+            return f(*_fresh(case))
+        except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
+            return e
+
+    def same(case, atol, value) -> bool:
+        got, e, _ = results(case)
+        if e is not None or isinstance(value, Exception):
+            return e is not None and isinstance(value, Exception) and _same_failure(e, value)
+        return got is not None and _close(got, value, atol)
+
+    if all(same(c, atol, planted(reference, c)) for c, atol in picked):
+        return None
+    return next((named(m) for m in mistakes if m.wrong is not None
+                 and all(same(c, atol, planted(m.wrong, c)) for c, atol in picked)), None)
 
 
 # --- predictions ----------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from ..attention import attention_weights, causal_mask, padding_mask, sliding_window_mask
 from ..batches import pad_prompts, position_ids
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, _fresh, _gen, checker, judge, judge_number, named, variants
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
 __all__ = ["check_step_positions", "check_nonzero_weights", "check_batched_generation",
            "check_sink_window_mask", "NONZERO_LENGTHS"]
@@ -129,11 +129,10 @@ FLOAT_POSITIONS = Mistake(
          "index a table, so they must be integers (int64) whatever the mask's dtype.")
 
 
-def _positions_dtype_look(fn, verdict: Verdict) -> Verdict | None:
+def _positions_dtype_look(verdict: Verdict, results) -> Verdict | None:
     if verdict.mistake != "dtype":
         return None
-    for case in _mask_cases():
-        got = fn(*_fresh(case))
+    for _, got, _ in results.outputs():
         if isinstance(got, torch.Tensor) and got.is_floating_point():
             return named(FLOAT_POSITIONS)
     return None
@@ -143,7 +142,7 @@ def _positions_dtype_look(fn, verdict: Verdict) -> Verdict | None:
 def check_step_positions(fn) -> Verdict:
     """Check ``fn(attention_mask, n_new) -> positions``: (B, T) mask, 1 = real → (B, n_new) int64 positions."""
     return judge(fn, _mask_cases(), _step_positions_reference, _POSITION_MISTAKES,
-                 diagnose=lambda verdict: _positions_dtype_look(fn, verdict),
+                 diagnose=_positions_dtype_look,
                  success="every row counts from its own first real token, across the cache, in int64 whatever "
                          "the mask's dtype (bool, int64 and float masks; left, right and no padding; whole "
                          "prompts and steps of 1 and 2 new tokens).")

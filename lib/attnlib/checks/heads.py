@@ -131,11 +131,11 @@ _SPLIT_MISTAKES = [THREE_AXES, *variants(_split_way, [
 @checker(mistakes=_SPLIT_MISTAKES)
 def check_split_heads(fn) -> Verdict:
     """Check ``fn(x, h)``: x (..., T, d_model) → (..., h, T, d_head), any number of leading axes (even none)."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
         # right with exactly one batch axis, wrong (or failing) both with none and with two
         if verdict.mistake not in _GENERIC:
             return None
-        right = [_right(fn, case, _split_reference, 1e-6) for case in _split_cases()]
+        right = [results.right(case, 1e-6) for case, _ in results.cases]
         return named(THREE_AXES) if right == [False, True, False] else None
 
     return judge(fn, _split_cases(), _split_reference, _SPLIT_MISTAKES, diagnose=diagnose,
@@ -266,10 +266,10 @@ def _hf_probe():
 def check_heads_first(fn) -> Verdict:
     """Check ``fn(X, W_Q, W_K, W_V, W_O)``: X (B, T, d_model) → (B, T, d_model), causal, no biases; W_Q, W_K
     (h, d_model, d_k), W_V (h, d_model, d_v), W_O (h, d_v, d_model), with d_k ≠ d_v."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
         if verdict.mistake not in _GENERIC:
             return None
-        right = [_right(fn, g.cases[0], _heads_first_reference, g.atol) for g in _hf_cases()]
+        right = [results.right(case) for case, _ in results.cases]
         if right == [True, True, False]:        # float32 and float64 right, float16 not: a dtype of its own
             return named(FLOAT16)
         if not right[0] and _right(fn, _hf_probe(), _heads_first_reference, 1e-5):

@@ -52,11 +52,12 @@ UPCAST = Mistake(
          "dtype to the scores promotes the sum (float16 plus float32 gives float32). Build the mask in the "
          "scores' own dtype, or block the scores with masked_fill, which keeps their dtype.")
 
-def _dtype_look(fn, verdict: Verdict, half_case: tuple) -> Verdict | None:
+def _dtype_look(verdict: Verdict, results) -> Verdict | None:
     """Name the float16 trap of weights promoted to another dtype (a fill value that overflows is named by the
-    core, as :data:`FINITE`)."""
-    if verdict.mistake == "dtype":
-        got = _result_of(fn, half_case)
+    core, as :data:`FINITE`), from the cached result of the first float16 case."""
+    half = [(case, got) for case, got, _ in results.outputs() if case[0].dtype == torch.float16]
+    if verdict.mistake == "dtype" and half:
+        (half_case, got), = half[:1]
         want = half_case[0].dtype
         if isinstance(got, torch.Tensor) and got.dtype != want:
             return named(UPCAST, got=str(got.dtype), want=str(want))
@@ -261,7 +262,7 @@ def check_chunk_weights(fn) -> Verdict:
     """Check ``fn(Z, start) -> P``: Z (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
     half = _chunk_half_cases()
     return judge(fn, [Group(_chunk_cases(), 1e-5), Group(half, 3e-3)], _chunk_reference, _CHUNK_MISTAKES,
-                 diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),
+                 diagnose=_dtype_look,
                  success="query i of the chunk reads the keys up to position start + i and no later one, "
                          "every row sums to 1, and float16 scores give float16 weights (a middle, the last "
                          "and the first chunk).")
@@ -359,7 +360,7 @@ def check_padded_causal_weights(fn) -> Verdict:
     """Check ``fn(Z, is_pad) -> P``: Z (B, T, T), is_pad (B, T) bool (True = padding) → P (B, T, T)."""
     half = _padded_half_cases()
     return judge(fn, [Group(_padded_cases(), 1e-5), Group(half, 3e-3)], _padded_reference, _PADDED_MISTAKES,
-                 diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),
+                 diagnose=_dtype_look,
                  success="each query reads only earlier real tokens, rows sum to 1, a query with nothing to "
                          "read gets zero weights, not NaN (left, right and no padding), and float16 scores "
                          "give float16 weights.")
