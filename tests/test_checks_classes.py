@@ -130,3 +130,20 @@ def test_the_learners_exception_names_the_case_inputs_and_line():
     refused = judge(library_refuses, cases, lambda x: x).hint(2)
     assert "library raised it; you passed float32 (2, 3)" in refused.message, refused
     assert "line 2 of `library_refuses`: `return causal_mask(x) + x`" in refused.message, refused
+
+
+def heads_first_merged_by_reshape(X, W_Q, W_K, W_V, W_O):
+    """The chapter's own bug, written from the exercise text: heads merged by a reshape, no transpose."""
+    h, d_model, d_k = W_Q.shape
+    B, T, _ = X.shape
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(d_k) + causal_mask(T, dtype=X.dtype)
+    heads = torch.softmax(Z, dim=-1) @ V                          # (B, h, T, d_v)
+    return heads.reshape(B, T, -1) @ W_O.reshape(-1, d_model)
+
+
+def test_heads_first_recognises_the_chapters_own_bug():
+    from attnlib.checks import check_heads_first
+    verdict = check_heads_first(heads_first_merged_by_reshape)
+    assert verdict.mistake == "merge-no-transpose", verdict
+    assert ".transpose(" not in verdict.message and ".transpose(" not in verdict.hint(2).message
