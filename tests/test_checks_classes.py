@@ -147,3 +147,24 @@ def test_heads_first_recognises_the_chapters_own_bug():
     verdict = check_heads_first(heads_first_merged_by_reshape)
     assert verdict.mistake == "merge-no-transpose", verdict
     assert ".transpose(" not in verdict.message and ".transpose(" not in verdict.hint(2).message
+
+
+def deepen_frozen(blocks):
+    """Written from the exercise text: identity blocks whose zeroed output layers are frozen."""
+    import copy
+
+    from torch import nn
+    deeper = nn.ModuleList()
+    for block in blocks:
+        new = copy.deepcopy(block)
+        for p in [*new.attn.W_O.parameters(), *new.mlp.W_2.parameters()]:
+            p.requires_grad_(False)
+            p.data.zero_()
+        deeper.extend([copy.deepcopy(block), new])
+    return deeper
+
+
+def test_deepen_rejects_frozen_new_layers():
+    from attnlib.checks import check_deepen
+    verdict = check_deepen(deepen_frozen)
+    assert verdict.mistake == "frozen" and "requires_grad=False" in verdict.message, verdict
