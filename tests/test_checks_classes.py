@@ -168,3 +168,15 @@ def test_deepen_rejects_frozen_new_layers():
     from attnlib.checks import check_deepen
     verdict = check_deepen(deepen_frozen)
     assert verdict.mistake == "frozen" and "requires_grad=False" in verdict.message, verdict
+
+
+def test_merge_states_says_nan_only_of_a_nan():
+    from attnlib.checks import check_merge_states
+    from attnlib.checks.tiled import _merge_reference
+
+    def empty_rows_hold_inf(a, b):
+        m, l, O = _merge_reference(a, b)
+        return m, l.masked_fill(torch.isinf(m), math.inf), O     # wrong on empty rows, yet no NaN
+
+    verdict = check_merge_states(empty_rows_hold_inf)
+    assert not verdict.ok and verdict.mistake != "nan-empty" and "comes out NaN" not in verdict.message, verdict
