@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..attention import causal_mask, softmax
-from ._core import Group, Mistake, Verdict, _close, _fresh, _gen, checker, judge, named, variants
+from ._core import Group, Mistake, Verdict, _gen, checker, judge, named, variants
 
 __all__ = ["check_packed_mask", "check_chunk_weights", "check_padded_causal_weights"]
 
@@ -34,14 +34,6 @@ def _blocked_after(T_q: int, T_k: int, offset: int) -> torch.Tensor:
 def _blocked_before(T_q: int, T_k: int, offset: int) -> torch.Tensor:
     """(T_q, T_k) bool, True where key j lies before position offset + i (the past of query row i)."""
     return torch.arange(T_k)[None, :] < torch.arange(offset, offset + T_q)[:, None]
-
-
-def _result_of(fn, case: tuple):
-    """The learner's answer on one case, on its own copy; None when it raises."""
-    try:
-        return fn(*_fresh(case))
-    except Exception:  # noqa: BLE001 - the learner's error was reported already
-        return None
 
 
 UPCAST = Mistake(
@@ -149,18 +141,17 @@ BATCH_AXES = Mistake(
          "and leave the axes before it as they are.")
 
 
-def _packed_look(fn, verdict: Verdict) -> Verdict | None:
-    cases = _packed_cases()
+def _packed_look(verdict: Verdict, results) -> Verdict | None:
+    outputs = results.outputs()
     if verdict.mistake == "dtype":
-        got = _result_of(fn, cases[0])
+        got = outputs[0][1]
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
             return named(NOT_BOOLEAN, dtype=str(got.dtype))
         return None
     if verdict.mistake in ("values", "shape", "error", "type"):
-        right = [isinstance(got := _result_of(fn, c), torch.Tensor) and _close(got, _packed_reference(*c), 0.0)
-                 for c in cases]
+        right = [results.right(case) for case, _, _ in outputs]
         if any(right) and not all(right):
-            shape = {ok: tuple(c[0].shape) for ok, c in zip(right, cases)}
+            shape = {ok: tuple(case[0].shape) for ok, (case, _, _) in zip(right, outputs)}
             return named(BATCH_AXES, good=shape[True], bad=shape[False])
     return None
 
@@ -169,7 +160,7 @@ def _packed_look(fn, verdict: Verdict) -> Verdict | None:
 def check_packed_mask(fn) -> Verdict:
     """Check ``fn(doc_ids) -> mask``: doc_ids (..., T) int64 → bool (..., T, T), True where i may attend to j."""
     return judge(fn, _packed_cases(), _packed_reference, _PACKED_MISTAKES, atol=0.0,
-                 diagnose=lambda verdict: _packed_look(fn, verdict),
+                 diagnose=_packed_look,
                  success="a token attends to itself and to the earlier tokens of its own document only, in "
                          "SDPA's convention (one row, a batch, and two leading axes).")
 
