@@ -148,7 +148,7 @@ _LEVEL: contextvars.ContextVar[int] = contextvars.ContextVar("hint_level", defau
 
 
 def hint_level() -> int:
-    """The hint level of the checker call in progress: 1 by default, 2 after ``check_…(…, hint=2)``."""
+    """The hint level of the checker call in progress: 1 by default, 2 or 3 after ``check_…(…, hint=2)``."""
     return _LEVEL.get()
 
 
@@ -156,8 +156,9 @@ def hint_level() -> int:
 class Mistake:
     """A typical wrong answer: ``wrong(*args)`` computes it (None for one that only a diagnosis finds).
 
-    ``hint`` is the first level: where to look, as a question or a failing property, never the fix's code.
-    ``more`` is the second level (``hint=2``): what the mistake is, said plainly. Either may hold
+    ``hint`` is the first level: a question or a failing property, never the fix's code. ``more`` is the
+    second level (``hint=2``): where to look, what the mistake is, said plainly. The third level is made by
+    the engine from the cached results (the smallest case that differs). Either text may hold
     ``str.format`` fields that :func:`named` fills in.
     """
 
@@ -913,7 +914,9 @@ _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("checker_depth", de
 def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
             mistakes: Sequence[Mistake | Guess] = ()):
     """Wrap an exercise checker: it never raises, never touches the learner's random state, takes a hint level
-    (``check_…(answer, hint=2)``), and its last verdict is remembered for :func:`progress`.
+    (``check_…(answer, hint=2)`` or ``hint=3``), shows its verdict at the call (once, in plain Python and in
+    Jupyter alike), and its last verdict is remembered for :func:`progress`. A checker called by another
+    checker shows nothing: only the outermost call does.
 
     ``kind`` is the exercise's contract, kept on the checker as ``.kind``: ``@checker`` (``"function"``) judges a
     function the learner writes, whose stub raises ``NotImplementedError``; ``@checker(kind="predict")`` judges
