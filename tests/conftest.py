@@ -130,13 +130,15 @@ def hint_leak(text: str, solution: str, known_text: str = "", known_code: str = 
 
 def assert_named_at_both_levels(check, m) -> None:
     """``check(m.wrong)`` names ``m`` with its first hint and points to ``hint=2``, which names it with its second."""
-    from attnlib.checks._core import MORE
+    from attnlib.checks._core import AS_GIVEN, MORE, SAME_AS_GIVEN
 
     first, second = check(m.wrong), check(m.wrong, hint=2)
     assert_named(first, m.label)
     assert_named(second, m.label)
-    assert first.message.startswith(m.hint) and first.message.endswith(MORE), first
-    assert second.message.startswith(m.more) and MORE not in second.message, second
+    # a planted copy of a mistake is not the function as given: it is told it computes the same
+    hint, more = (text.replace(AS_GIVEN, SAME_AS_GIVEN) for text in (m.hint, m.more))
+    assert first.message.startswith(hint) and first.message.endswith(MORE), first
+    assert second.message.startswith(more) and MORE not in second.message, second
 
 
 def assert_no_hint_quotes(check, solutions) -> None:

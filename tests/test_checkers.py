@@ -461,13 +461,18 @@ def test_a_module_is_compared_by_its_parameters():
     assert_named(judge(lambda lin: lin.weight.detach().clone(), case, _copy_layer), "type", "module")
 
 
-def test_dtype_and_device_are_compared_after_the_values():
+def test_dtype_is_compared_before_the_values_and_named_with_them():
     cases = [(torch.randn(4),)]
     assert_named(judge(lambda x: (2 * x).double(), cases, lambda x: 2 * x), "dtype", "float64", "float32")
     assert_named(judge(lambda x: 2 * x > 0, cases, lambda x: (2 * x > 0).float()), "dtype", "torch.bool")
     assert_named(judge(lambda x: (2 * x).to("meta"), cases, lambda x: 2 * x), "device", "meta")
-    # a wrong value in another dtype is judged on its values first
-    assert_named(judge(lambda x: (3 * x).double(), cases, lambda x: 2 * x), "values")
+    # a wrong value in another dtype is told its dtype first, and that its values differ too
+    assert_named(judge(lambda x: (3 * x).double(), cases, lambda x: 2 * x), "values", "dtype torch.float64",
+                 "values differ too")
+    # a float mask where a boolean one is expected: no astronomic "largest difference"
+    inf = judge(lambda x: torch.zeros(4).masked_fill(x > 0, -math.inf), cases, lambda x: x < 0)
+    assert_named(inf, "values", "dtype torch.float32, expected torch.bool")
+    assert "e+3" not in inf.message
 
 
 def test_a_mistake_is_named_only_when_it_matches_on_every_case():
@@ -516,7 +521,7 @@ def test_the_second_level_of_a_generic_difference_says_where():
     assert_named(v2, "values", "index (1,)", "expected 4")
 
 
-@pytest.mark.parametrize("level", [0, 3, "2", True, None])
+@pytest.mark.parametrize("level", [0, 4, "2", True, None])
 def test_a_hint_level_other_than_1_or_2_is_a_verdict_not_an_error(level):
     assert_named(check_demo_levels(WRONG[0].wrong, hint=level), "error", "hint is 1")
 
@@ -542,10 +547,11 @@ def test_every_checker_registers_the_mistakes_it_can_name():
 GUESSES = [Guess("forgot-sqrt", "you forgot the square root.", 16.0), Guess("near", "too close to tell.", 4.2)]
 
 
-@pytest.mark.parametrize("value", [..., None])
-def test_judge_number_stub(value):
+@pytest.mark.parametrize("value, said", [(..., "replace `...`"), (None, "is None")])
+def test_judge_number_stub(value, said):
     verdict = judge_number(value, 4.0, GUESSES)
-    assert_named(verdict, "stub", "replace `...`")
+    assert_named(verdict, "stub", said)
+    assert value is ... or "`...`" not in verdict.message     # `my_variance = None` is not told to replace `...`
 
 
 @pytest.mark.parametrize("value", [4.0, 4.3, 3.7, 4, torch.tensor(4.1), torch.tensor([3.9])])
@@ -595,12 +601,14 @@ def test_progress_reports_the_last_verdict_of_each_checker(fresh_progress, capsy
 
     assert check_demo_double(lambda x: 2 * x).ok
     assert not check_demo_prediction(...).ok
+    capsys.readouterr()                                   # each verdict showed itself at its call
     progress(*exercises)
     out = capsys.readouterr().out.splitlines()
     assert out == ["Double a tensor       ✓ passes", "Predict the variance  ✗ not yet",
                    "Never run             – not run yet", "1 of 3 exercises pass."]
 
     assert_named(check_demo_double(lambda x: x * x), "square")      # the latest verdict counts
+    capsys.readouterr()
     progress(*exercises)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Double a tensor       ✗ not yet" and out[-1] == "0 of 3 exercises pass."

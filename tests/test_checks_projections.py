@@ -179,9 +179,20 @@ def test_a_module_whose_call_is_not_q_k_v_is_named():
 
 def test_any_module_whose_call_gives_q_k_v_is_accepted_even_a_fused_one():
     def fused(ckpt):
-        return FusedProjections.from_separate(load(ckpt)).to(ckpt["W_Q"].dtype)
+        return FusedProjections.from_separate(load(ckpt).float()).to(ckpt["W_Q"].dtype)
 
-    assert_accepted(check_load_projections(fused))
+    # weights copied into a float32 module, then converted: the float64 checkpoint lost its precision
+    assert_named(check_load_projections(fused), "precision", "float32")
+
+    def fused_in_dtype(ckpt):
+        separate = load(ckpt)
+        fused = FusedProjections(separate.d_model, separate.d_k, separate.d_v, bias=True).to(ckpt["W_Q"].dtype)
+        with torch.no_grad():
+            fused.qkv.weight.copy_(torch.cat([separate.q.weight, separate.k.weight, separate.v.weight]))
+            fused.qkv.bias.copy_(torch.cat([separate.q.bias, separate.k.bias, separate.v.bias]))
+        return fused
+
+    assert_accepted(check_load_projections(fused_in_dtype))
 
 
 def test_transposing_the_checkpoint_in_place_is_named():

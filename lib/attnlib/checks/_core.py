@@ -9,8 +9,13 @@ Every call gets its own deep copy of the inputs (tensors and modules alike); aft
 compared with the original, so a function that changes an input in place is told so. A module that comes
 back sharing a parameter with a module that went in is told so too.
 
-Hints come in two levels. The first (``check_…(fn)``) points to where to look, as a question or a property
-that fails, and never holds the code of the fix; ``check_…(fn, hint=2)`` says more.
+Hints are a ladder of three levels. The first (``check_…(fn)``) asks a question or names a property that
+fails; the second (``verdict.hint(2)``, or ``check_…(fn, hint=2)``) points to where to look; the third
+(``verdict.hint(3)``) shows the smallest case that differs, made from the results already computed. No level
+holds the code of the fix, and stepping up never runs the learner's code again.
+
+A verdict shows itself at the call, exactly once: printed in plain Python, displayed in Jupyter (where the
+returned object, if it is also the cell's last expression, does not display a second time).
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import copy
 import dis
 import functools
 import inspect
+import linecache
 import math
 import pathlib
+import sys
 import sysconfig
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,7 +40,7 @@ from .._validate import _show as _show_value
 from .._validate import boundary
 
 __all__ = ["Verdict", "Mistake", "Group", "variants", "Guess", "judge", "judge_number", "checker", "progress",
-           "named", "hint_level", "shared_parameters"]
+           "named", "named_on", "hint_level", "shared_parameters"]
 
 # The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
 # so they read correctly in a terminal, JupyterLab and the rendered book alike.
@@ -42,26 +49,106 @@ CORRECT, NOT_YET = "✓ correct: ", "✗ not yet: "
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a checker says: ``ok``, a message for the learner, and the label of a recognised mistake."""
+    """What a checker says: ``ok``, a message for the learner, and the label of a recognised mistake.
+
+    ``ladder`` holds the message at each hint level (1, 2, 3); ``hint(n)`` steps up to level n from this
+    verdict, without running anything again. ``error`` is the learner's exception, when one was raised.
+    """
 
     ok: bool
     message: str
     mistake: str | None = None
-    more: bool = False   # a second hint level exists (``hint=2``)
+    more: bool = False   # a stronger hint level exists
+    ladder: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
     def __repr__(self) -> str:
         text = (CORRECT if self.ok else NOT_YET) + self.message
-        return textwrap.fill(text, width=88, subsequent_indent="   ", break_on_hyphens=False)
+        return "\n".join(textwrap.fill(part, width=88, subsequent_indent="   ", break_on_hyphens=False)
+                         for part in text.split("\n"))
 
     __str__ = __repr__
 
+    def hint(self, level: int = 2) -> Verdict:
+        """This verdict at hint ``level`` (2: where to look; 3: the smallest case that differs), shown at the
+        call. Nothing is run again: every level was made from the results the check already had."""
+        if level not in (1, 2, 3) or isinstance(level, bool):
+            return show(Verdict(False, f"hint is 1, 2 or 3, got {level!r}.", "error"))
+        return show(_at_level(self, level))
 
-# The hint level of the verdict being made: 1 (where to look), or 2 (asked for with ``check_…(…, hint=2)``).
+    def _ipython_display_(self) -> None:
+        # Jupyter's display hook: a verdict already shown in this cell is not shown again
+        shell = _shell()
+        if shell is not None and getattr(self, "_shown", None) == getattr(shell, "execution_count", None):
+            return
+        show(self)
+
+
+def _shell():
+    """The running IPython shell, or None in plain Python."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython.get_ipython() if ipython is not None else None
+    except Exception:  # noqa: BLE001 - a half-imported IPython is plain Python
+        return None
+
+
+_REPL_HOOK: list = []
+
+
+def _repl_display(value) -> None:
+    """The plain Python prompt's display hook: a verdict that printed itself at the call is not printed again."""
+    if isinstance(value, Verdict) and getattr(value, "_shown", None) is True:
+        import builtins
+        builtins._ = value
+        return
+    _REPL_HOOK[0](value)
+
+
+def show(verdict: Verdict) -> Verdict:
+    """Show ``verdict`` now (display in Jupyter, print in plain Python), once, and return it."""
+    shell = _shell()
+    if shell is not None and hasattr(shell, "display_pub"):
+        from IPython.display import display
+        display({"text/plain": repr(verdict)}, raw=True)
+        object.__setattr__(verdict, "_shown", getattr(shell, "execution_count", None))
+        return verdict
+    print(repr(verdict), flush=True)
+    object.__setattr__(verdict, "_shown", True)
+    if hasattr(sys, "ps1") and not _REPL_HOOK and sys.displayhook is sys.__displayhook__:
+        _REPL_HOOK.append(sys.displayhook)
+        sys.displayhook = _repl_display
+    return verdict
+
+
+MORE = " (For a stronger hint, call .hint(2) on this verdict, or run the check again with hint=2.)"
+
+
+def _at_level(verdict: Verdict, level: int, pointer: bool = True) -> Verdict:
+    """The verdict's message at hint ``level``, with a pointer to the next level when that one says more."""
+    ladder = verdict.ladder or (verdict.message,)
+    text = ladder[min(level, len(ladder)) - 1]
+    stronger = level == 1 and len(ladder) > 1 and ladder[1] != ladder[0]
+    return Verdict(verdict.ok, text + (MORE if stronger and pointer else ""), verdict.mistake, more=stronger,
+                   ladder=ladder, error=verdict.error)
+
+
+def _with_level(verdict: Verdict, extra: str) -> Verdict:
+    """``verdict`` with a further level that adds ``extra`` to its last one."""
+    if not extra:
+        return verdict
+    ladder = verdict.ladder or (verdict.message,)
+    ladder = ladder + (ladder[-1],) * (2 - len(ladder))
+    return Verdict(verdict.ok, verdict.message, verdict.mistake, verdict.more, ladder[:2] + (ladder[1] + extra,),
+                   verdict.error)
+
+
+# The hint level of the verdict being made: 1, 2 or 3 (asked for with ``check_…(…, hint=2)``).
 _LEVEL: contextvars.ContextVar[int] = contextvars.ContextVar("hint_level", default=1)
 
 
 def hint_level() -> int:
-    """The hint level of the checker call in progress: 1 by default, 2 after ``check_…(…, hint=2)``."""
+    """The hint level of the checker call in progress: 1 by default, 2 or 3 after ``check_…(…, hint=2)``."""
     return _LEVEL.get()
 
 
@@ -69,8 +156,9 @@ def hint_level() -> int:
 class Mistake:
     """A typical wrong answer: ``wrong(*args)`` computes it (None for one that only a diagnosis finds).
 
-    ``hint`` is the first level: where to look, as a question or a failing property, never the fix's code.
-    ``more`` is the second level (``hint=2``): what the mistake is, said plainly. Either may hold
+    ``hint`` is the first level: a question or a failing property, never the fix's code. ``more`` is the
+    second level (``hint=2``): where to look, what the mistake is, said plainly. The third level is made by
+    the engine from the cached results (the smallest case that differs). Either text may hold
     ``str.format`` fields that :func:`named` fills in.
     """
 
@@ -85,8 +173,10 @@ class Mistake:
 
 
 def named(m: Mistake | Guess, suffix: str = "", **fields) -> Verdict:
-    """The verdict that names mistake ``m`` at the current hint level (``fields`` fill its text)."""
-    return Verdict(False, m.say(**fields) + suffix, m.label, more=bool(m.more) and hint_level() < 2)
+    """The verdict that names mistake ``m`` (``fields`` fill its text), with its hint ladder."""
+    first = (m.hint.format(**fields) if fields else m.hint) + suffix
+    second = ((m.more.format(**fields) if fields else m.more) + suffix) if m.more else first
+    return _at_level(Verdict(False, first, m.label, ladder=(first, second)), hint_level(), pointer=False)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -116,8 +206,30 @@ def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float) -> float | Non
     return (a - b).abs().nan_to_num(math.inf).max().item() if a.numel() else math.inf
 
 
-def _first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
-    """Where two same-shape tensors first differ, for the second hint level."""
+def _largest(diff: float) -> str:
+    """The largest difference, in words a learner can use (never an astronomic number)."""
+    if not math.isfinite(diff) or diff > 1e30:
+        return "some entries are infinite or NaN where the expected ones are not, or the other way round"
+    return f"largest difference {diff:.3g}"
+
+
+def _float64_close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two float64 tensors agree at float64 accuracy (far tighter than a float32 round trip)."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    finite = b.isfinite()
+    if not bool((a.isfinite() == finite).all()) or not bool((a[~finite] == b[~finite]).all()):
+        return True   # infinities and NaN were judged already; only finite values are compared here
+    a, b = a[finite], b[finite]
+    scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
+    return bool(((a - b).abs() <= 1e-9 * scale + 1e-8 * b.abs()).all())
+
+
+def _first_difference(a, b) -> str:
+    """Where two same-shape tensors (or the first such pair of two tuples) first differ, for the second level."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return next((t for x, y in zip(a, b) if (t := _first_difference(x, y))), "")
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.is_complex():
+        return ""
     a, b = a.detach().cpu().double(), b.detach().cpu().double()
     bad = ~((a - b).abs() <= 1e-5 + 1e-4 * b.abs()) & ~(a.isnan() & b.isnan())
     if not bad.any():
@@ -146,16 +258,24 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
         if got.dtype.is_complex != want.dtype.is_complex:
             return "dtype", f"{the} has dtype {got.dtype}, expected {want.dtype}."
         diff = _values_differ(got, want, atol)
+        if diff is not None and strict and got.dtype != want.dtype:   # dtype first, but the values are wrong too
+            return "values", (f"{the} has dtype {got.dtype}, expected {want.dtype}, and its values differ too. "
+                             f"Which step of yours makes a {got.dtype} tensor?")
         if diff is not None:
-            where_ = _first_difference(got, want) if hint_level() >= 2 else ""
-            return "values", (f"{the} has the right shape but the values differ (largest difference {diff:.3g}); "
-                              f"compare your steps with the formula.{where_}")
+            return "values", (f"{the} has the right shape but the values differ ({_largest(diff)}); "
+                              f"compare your steps with the formula.")
         if strict and got.dtype != want.dtype:
             return "dtype", (f"{the} has the right values but dtype {got.dtype}, expected {want.dtype}. Where "
                              f"does a new dtype enter your computation: a tensor you create, a constant, numpy?")
         if strict and got.device != want.device:
             return "device", (f"{the} is on {got.device}, expected {want.device}, the device of the inputs. "
                               f"Which tensor do you create without saying where it lives?")
+        if strict and want.dtype == torch.float64 and got.dtype == torch.float64 and not _float64_close(got, want):
+            trip = bool(torch.equal(got.detach().cpu(), got.detach().cpu().float().double()))
+            return "precision", (f"{the} is float64 but holds only float32 accuracy" + (
+                ": every value is a float32 number cast back (a float32 round trip)" if trip else "") +
+                ". Where does your computation pass through float32: a tensor you create, a module's weights, "
+                "a .float()?")
         return None
     if isinstance(want, (tuple, list)):
         n = len(want)
@@ -333,7 +453,37 @@ def _is_stub(e: BaseException) -> bool:
 
 
 def _same_failure(a: BaseException, b: BaseException) -> bool:
-    return type(a) is type(b) and str(a) == str(b)
+    """The same exception: its type and its arguments (not how its message happens to be printed)."""
+    return type(a) is type(b) and a.args == b.args
+
+
+FINITE = Mistake(
+    "finite",
+    "masked_fill refused your fill value on the float16 scores: it does not fit in float16. Which value "
+    "blocks a score in every dtype?",
+    more="float16's largest magnitude is about 65504, so a finite stand-in such as -1e9 (or float32's "
+         "smallest number) cannot be written into float16 scores. Block with minus infinity, or with the "
+         "smallest number of the scores' own dtype.")
+
+
+def _overflow_errors() -> list[BaseException]:
+    """The errors torch raises for a fill value that does not fit the tensor's dtype, to match by type and
+    arguments (the learner's -1e9 in float16 scores)."""
+    found = []
+    for dtype in (torch.float16, torch.bfloat16):
+        try:
+            torch.zeros(1, dtype=dtype).masked_fill(torch.ones(1, dtype=torch.bool), -1e300)
+        except Exception as e:  # noqa: BLE001 - the error is what is kept
+            found.append(e)
+    return found
+
+
+_OVERFLOWS = _overflow_errors()
+
+
+def _error_name(e: BaseException) -> str:
+    """The exception's class as a learner can look it up: the first public one (never a checker's own)."""
+    return next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))
 
 
 STUB = Mistake("stub", "the function is still the stub: replace `raise NotImplementedError` with your code.")
@@ -363,7 +513,7 @@ class _Run:
     """The learner's function on every case, each call on its own deep copy, run once and remembered."""
 
     def __init__(self, fn: Callable, mutable: Sequence[int | str]):
-        self.fn, self.mutable, self._seen = fn, mutable, {}
+        self.fn, self.mutable, self._seen, self._cases = fn, mutable, {}, {}
 
     def __call__(self, case: tuple) -> tuple[object, BaseException | None, tuple]:
         key = id(case)
@@ -373,7 +523,54 @@ class _Run:
                 self._seen[key] = (self.fn(*args), None, args)
             except Exception as e:  # noqa: BLE001 - the learner's bug must not crash the checker
                 self._seen[key] = (None, e, args)
+            self._cases[key] = case
         return self._seen[key]
+
+    def cached(self) -> list[tuple[tuple, tuple]]:
+        """Every case run so far, with (result, exception, inputs after the call)."""
+        return [(self._cases[k], v) for k, v in self._seen.items()]
+
+    def outputs(self) -> list[tuple[tuple, object, BaseException | None]]:
+        """(case, result, exception) for every case of the check, each case run once (the cached result when it
+        ran already): what a ``diagnose`` reads instead of running the learner's code again."""
+        return [(case, *self(case)[:2]) for case, _ in self.cases]
+
+    def right(self, case: tuple, atol: float | None = None) -> bool:
+        """Whether the cached result of ``case`` has the reference's values (in any dtype); an error is not."""
+        got, e, _ = self(case)
+        atol = next(a for c, a in self.cases if c is case) if atol is None else atol
+        return e is None and got is not None and _close(got, self.reference(*_fresh(case)), atol)
+
+
+AS_GIVEN = "this is still the function as given"
+SAME_AS_GIVEN = "your code still computes what the function as given computes"
+
+
+def _code_key(code) -> tuple:
+    """What a code object computes, apart from its name, line numbers and docstring."""
+    consts = tuple(_code_key(c) if inspect.iscode(c) else (type(c).__name__, repr(c)) for c in code.co_consts)
+    return code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts
+
+
+def _same_code(fn: Callable, given: Callable) -> bool:
+    """Whether ``fn`` is literally ``given``: the same bytecode, names and constants (comments and blank lines
+    aside), so a learner who edited the cell is never told it did not change."""
+    try:
+        a, b = fn.__code__, given.__code__
+    except AttributeError:
+        return False
+    strip = lambda key, doc: key[:4] + (tuple(c for c in key[4] if c != ("str", repr(doc))),)  # noqa: E731
+    return strip(_code_key(a), fn.__doc__) == strip(_code_key(b), given.__doc__)
+
+
+def _found(m: Mistake, fn: Callable, suffix: str = "") -> Verdict:
+    """The verdict naming mistake ``m``, found in ``fn``. A mistake that says the function is still as given
+    says so only of code that is literally unchanged; edited code that makes the same mistake is told that."""
+    verdict = named(m, suffix)
+    if AS_GIVEN in m.hint and not (inspect.isfunction(m.wrong) and _same_code(fn, m.wrong)):
+        ladder = tuple(t.replace(AS_GIVEN, SAME_AS_GIVEN) for t in verdict.ladder)
+        verdict = _at_level(Verdict(False, ladder[0], m.label, ladder=ladder), hint_level(), pointer=False)
+    return verdict
 
 
 def _matches_everywhere(m: Mistake, run: _Run, cases: Sequence[tuple[tuple, float]]) -> bool:
@@ -397,12 +594,81 @@ def _matches_everywhere(m: Mistake, run: _Run, cases: Sequence[tuple[tuple, floa
     return True
 
 
+def describe(x, depth: int = 0) -> str:
+    """What an input is, for a learner: a tensor's dtype and shape (and device off the CPU), a module's class."""
+    if isinstance(x, torch.Tensor):
+        where = "" if x.device.type == "cpu" else f" on {x.device}"
+        return f"{str(x.dtype).removeprefix('torch.')} {tuple(x.shape)}{where}"
+    if isinstance(x, torch.nn.Module):
+        return f"a {type(x).__name__}"
+    if isinstance(x, (tuple, list)) and depth < 2:
+        inner = ", ".join(describe(i, depth + 1) for i in x[:4]) + (", …" if len(x) > 4 else "")
+        return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return repr(x) if len(repr(x)) < 30 else type(x).__name__
+    return f"a {type(x).__name__}"
+
+
+def _inputs(fn: Callable, case: tuple) -> str:
+    names = _argument_names(fn, len(case))
+    return ", ".join(f"{n} {describe(c)}" for n, c in zip(names, case))
+
+
+_WRAPPERS = ("checked", "wrapper", "wrapped", "inner", "decorated")
+
+
+def _where_raised(e: BaseException) -> tuple[str, str]:
+    """Where the learner's code raised ``e``: (its line, what the library was given), each "" when unknown.
+
+    The line is the deepest frame of the traceback outside torch, this library and the installed packages;
+    when frames of the library lie below it, the library raised the error, and the arguments it was given
+    are what the learner passed.
+    """
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    mine = [i for i, f in enumerate(frames) if not _in_library(f.tb_frame.f_code.co_filename)]
+    if not mine:
+        return "", ""
+    f = frames[mine[-1]]
+    code = f.tb_frame.f_code
+    source = linecache.getline(code.co_filename, f.tb_lineno).strip()
+    name = "your function" if code.co_name == "<lambda>" else f"`{code.co_name}`"
+    line = f"line {f.tb_lineno - code.co_firstlineno + 1} of {name}" + (f": `{source}`" if source else "")
+    below = frames[mine[-1] + 1:]
+    if below:
+        lib = below[0].tb_frame
+        code = lib.f_code
+        named_ = code.co_argcount + code.co_kwonlyargcount
+        given = [f"{n} {describe(lib.f_locals[n])}" for n in code.co_varnames[:named_]
+                 if n in lib.f_locals and n != "self"]
+        if code.co_flags & inspect.CO_VARARGS:   # a wrapper's *args: what the learner's call handed over
+            given += [describe(v) for v in lib.f_locals.get(code.co_varnames[named_], ())]
+        who = f"`{code.co_name}`" if not code.co_name.startswith("_") and code.co_name not in _WRAPPERS else \
+            "the library"
+        return line, f"{who} raised it" + (f"; you passed {', '.join(given[:6])}" if given else "")
+    tensors = [(n, v) for n, v in f.tb_frame.f_locals.items() if isinstance(v, torch.Tensor)]
+    given = ", ".join(f"{n} {describe(v)}" for n, v in tensors[:6])
+    return line, (f"at that line your tensors are {given}" if given else "")
+
+
 def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: _Run,
                    cases: Sequence[tuple[tuple, float]]) -> Verdict:
-    """A known mistake that fails in exactly the same way (type and message) explains the error best."""
-    raised = f"your function raised {type(e).__name__}: {e}"
+    """The learner's exception, with the case that raised it, that case's inputs and the line of their code.
+    A known mistake that fails in exactly the same way (type and arguments) explains the error best."""
+    raised = f"your function raised {_error_name(e)}: {e}"
     if isinstance(e, NotImplementedError):
         raised += " (raised inside torch, not by a `raise` in your code)"
+    number = next((i for i, (c, _) in enumerate(cases) if c is case), 0)
+    line, given = _where_raised(e)
+    where = f" It raised on test case {number + 1} of {len(cases)} (inputs: {_inputs(run.fn, case)})" + (
+        f", at {line}" if line else "") + "."
+    if any(_same_failure(e, o) for o in _OVERFLOWS):
+        v = named(FINITE, f" ({raised})")
+        return Verdict(False, v.message, v.mistake, v.more, v.ladder + (v.ladder[-1] + where,), e)
+    ours = type(e).__module__.startswith(__name__.rpartition(".")[0])   # the checker's own guard: no repeat
     for m in mistakes:
         if m.wrong is None:
             continue
@@ -410,8 +676,55 @@ def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: 
             m.wrong(*_fresh(case))
         except Exception as planted:  # noqa: BLE001 - compared with the learner's error below
             if _same_failure(planted, e) and _matches_everywhere(m, run, cases):
-                return named(m, f" ({raised})")
-    return Verdict(False, raised, "error")
+                v = _found(m, run.fn, "" if ours else f" ({raised})")
+                return Verdict(False, v.message, v.mistake, v.more, v.ladder[:2] + (v.ladder[-1] + where,), e)
+    first = raised.rstrip(".") + "." + where
+    second = first + (f" {given[0].upper()}{given[1:]}." if given else "")
+    return Verdict(False, first, "error", ladder=(first, second), error=e)
+
+
+def _smallest_case(run: _Run, reference: Callable, atol: float) -> str:
+    """The smallest case (fewest input numbers) among those already run whose result differs from the expected
+    one: its inputs' shapes and dtypes and the first entries that differ."""
+    found = []
+    for case, (got, e, _) in run.cached():
+        if e is not None or got is None:
+            continue
+        try:
+            want = reference(*_fresh(case))
+        except Exception:  # noqa: BLE001 - a case the reference cannot run shows nothing
+            continue
+        shown = _entries(got, want, atol)
+        if shown:
+            size = sum(t.numel() for _, t in _tensors_of(case, "x"))
+            found.append((size, len(found), case, shown))
+    if not found:
+        return ""
+    _, _, case, shown = min(found, key=lambda f: f[:2])
+    return f" The smallest test case that differs has inputs {_inputs(run.fn, case)}; {shown}."
+
+
+def _entries(got, want, atol: float, where: str = "") -> str:
+    """The first (up to three) entries where ``got`` differs from ``want``, or "" when none is found."""
+    if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(want):
+        for i, (g, w) in enumerate(zip(got, want)):
+            if (text := _entries(g, w, atol, f" of element {i}")):
+                return text
+        return ""
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)) or got.shape != want.shape:
+        return ""
+    if got.is_complex() or want.is_complex() or got.is_meta:
+        return ""
+    a, b = got.detach().cpu().double(), want.detach().cpu().double()
+    bad = ~((a - b).abs() <= atol + 1e-4 * b.abs()) & ~(a.isnan() & b.isnan())
+    if not bool(bad.any()):
+        return ""
+    shown = []
+    for index in bad.nonzero()[:3].tolist():
+        index = tuple(index)
+        shown.append(f"at {index}{where} yours is {a[index].item():.4g}, expected {b[index].item():.4g}")
+    more = int(bad.sum()) - len(shown)
+    return "; ".join(shown) + (f" (and {more} more entries differ)" if more > 0 else "")
 
 
 def _mutable_indices(fn: Callable, n: int, mutable: Sequence[int | str]) -> tuple[int, ...]:
@@ -430,19 +743,24 @@ def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Cal
     the call every input is compared with the original (an in-place change is named, except for the
     argument positions in ``mutable``), and a module in the result must not share a parameter with one in
     the inputs. A mistake is named only when the learner's output matches it on every case. ``cases`` may be
-    groups, each with its own tolerance. ``diagnose(verdict)`` is a second look at a rejected answer (what the
-    table of mistakes cannot say, such as which shapes came back): it returns a better verdict, or None to
-    keep this one; if it fails, this one is kept.
+    groups, each with its own tolerance. ``diagnose(verdict)`` or ``diagnose(verdict, results)`` is a second
+    look at a rejected answer (what the table of mistakes cannot say, such as which shapes came back): it
+    returns a better verdict, or None to keep this one; if it fails, this one is kept. ``results.outputs()``
+    gives (case, result, exception) for every case from the same runs, so a diagnosis never runs the
+    learner's code again.
     """
     if not callable(fn):
         return named(NOT_CALLABLE, kind=type(fn).__name__)
     groups = cases if cases and all(isinstance(c, Group) for c in cases) else [Group(cases, atol)]
     every = [(case, g.atol) for g in groups for case in g.cases]
-    verdict = _judge_cases(_Run(fn, mutable), every, reference, mistakes, success)
+    run = _Run(fn, mutable)
+    run.cases, run.reference = every, reference
+    verdict = _judge_cases(run, every, reference, mistakes, success)
     if verdict.ok or diagnose is None:
         return verdict
     try:
-        return diagnose(verdict) or verdict
+        takes_results = len(inspect.signature(diagnose).parameters) > 1
+        return (diagnose(verdict, run) if takes_results else diagnose(verdict)) or verdict
     except Exception:  # noqa: BLE001 - the learner's code ran once already; keep the first verdict
         return verdict
 
@@ -468,7 +786,8 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         if difference is None:
             continue
         # right values in the wrong dtype or device: no planted mistake (each one a wrong value) explains that
-        for m in mistakes if difference[0] not in ("dtype", "device") else ():
+        right_values = difference[0] in ("dtype", "device", "precision") and _close(got, want, atol)
+        for m in mistakes if not right_values else ():
             if m.wrong is None:
                 continue
             try:
@@ -476,12 +795,39 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
             except Exception:  # noqa: BLE001 - a mistake that cannot run on this case explains nothing
                 continue
             if _close(got, wrong, atol) and _matches_everywhere(m, run, cases):
-                return named(m)
+                return _with_level(_found(m, run.fn), _smallest_case(run, reference, atol))
         label, message = difference
         if label == "type" and isinstance(want, torch.Tensor):
             message = f"expected a tensor, got {type(got).__name__}."
-        return Verdict(False, message, label, more=label == "values" and hint_level() < 2)
+        second = message + (_first_difference(got, want) if label == "values" else "")
+        smallest = _smallest_case(run, reference, atol) if label in ("values", "precision") else ""
+        verdict = Verdict(False, message, label, ladder=(message, second, message + smallest if smallest else second))
+        return _at_level(verdict, hint_level(), pointer=False)
     return Verdict(True, success)
+
+
+def named_on(results: _Run, mistakes: Sequence[Mistake], reference: Callable,
+             where: Callable[[tuple], bool] = lambda case: True) -> Verdict | None:
+    """The first of ``mistakes`` that the learner's cached results match on every case that ``where`` picks (a
+    named subset of the cases), when the results are wrong on one of them; the learner's code is not run."""
+    picked = [(case, atol) for case, atol in results.cases if where(case)]
+
+    def planted(f, case):
+        try:
+            return f(*_fresh(case))
+        except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
+            return e
+
+    def same(case, atol, value) -> bool:
+        got, e, _ = results(case)
+        if e is not None or isinstance(value, Exception):
+            return e is not None and isinstance(value, Exception) and _same_failure(e, value)
+        return got is not None and _close(got, value, atol)
+
+    if all(same(c, atol, planted(reference, c)) for c, atol in picked):
+        return None
+    return next((named(m) for m in mistakes if m.wrong is not None
+                 and all(same(c, atol, planted(m.wrong, c)) for c, atol in picked)), None)
 
 
 # --- predictions ----------------------------------------------------------------------------------------------------
@@ -520,6 +866,7 @@ def _show(x: float) -> str:
 
 
 PREDICT_STUB = Mistake("stub", "write your prediction first: replace `...` with a number, then run the cell.")
+PREDICT_NONE = Mistake("stub", "your prediction is None: give it a number, then run the cell.")
 NOT_A_NUMBER = Mistake("type", "a prediction is one number{quotes}, got {got}.")
 
 
@@ -532,7 +879,7 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
     gets that guess's hint; any other wrong number gets ``again``. For an exact count use a tiny ``rtol``.
     """
     if value is ... or value is None:
-        return named(PREDICT_STUB)
+        return named(PREDICT_STUB if value is ... else PREDICT_NONE)
     number = _as_number(value)
     if number is None:
         quotes = " (write it without quotes)" if isinstance(value, str) else ""
@@ -557,15 +904,19 @@ _LAST: dict[str, Verdict] = {}
 
 KINDS = ("function", "predict")
 # The verdicts of the core that every checker of a kind can give, besides its own mistakes.
-_GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED), "predict": (PREDICT_STUB, NOT_A_NUMBER)}
+_GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED, FINITE),
+               "predict": (PREDICT_STUB, PREDICT_NONE, NOT_A_NUMBER)}
 _GENERAL = tuple(m for ms in _GENERAL_OF.values() for m in ms)
-MORE = " (For a stronger hint, run the check again with hint=2.)"
+# How deep in checker calls we are: only the outermost shows its verdict.
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("checker_depth", default=0)
 
 
 def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
             mistakes: Sequence[Mistake | Guess] = ()):
     """Wrap an exercise checker: it never raises, never touches the learner's random state, takes a hint level
-    (``check_…(answer, hint=2)``), and its last verdict is remembered for :func:`progress`.
+    (``check_…(answer, hint=2)`` or ``hint=3``), shows its verdict at the call (once, in plain Python and in
+    Jupyter alike), and its last verdict is remembered for :func:`progress`. A checker called by another
+    checker shows nothing: only the outermost call does.
 
     ``kind`` is the exercise's contract, kept on the checker as ``.kind``: ``@checker`` (``"function"``) judges a
     function the learner writes, whose stub raises ``NotImplementedError``; ``@checker(kind="predict")`` judges
@@ -579,10 +930,12 @@ def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
 
     @functools.wraps(fn)
     def wrapped(*args, hint: int = 1, **kwargs) -> Verdict:
-        if hint not in (1, 2) or isinstance(hint, bool):
-            verdict = Verdict(False, f"hint is 1 (where to look) or 2 (more), got {hint!r}.", "error")
+        if hint not in (1, 2, 3) or isinstance(hint, bool):
+            verdict = Verdict(False, f"hint is 1 (where to look), 2 or 3 (more), got {hint!r}.", "error")
             _LAST[fn.__name__] = verdict
-            return verdict
+            return show(verdict)
+        outermost = _DEPTH.get() == 0
+        depth = _DEPTH.set(_DEPTH.get() + 1)
         token = _LEVEL.set(hint)
         with torch.random.fork_rng(devices=[]):
             try:
@@ -592,10 +945,12 @@ def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
                                   "error")
             finally:
                 _LEVEL.reset(token)
-        if verdict.more:
-            verdict = Verdict(False, verdict.message + MORE, verdict.mistake, more=True)
+                _DEPTH.reset(depth)
+        if not outermost:
+            return verdict
+        verdict = _at_level(verdict, hint)
         _LAST[fn.__name__] = verdict
-        return verdict
+        return show(verdict)
 
     wrapped.kind = kind
     wrapped.mistakes = tuple(mistakes) + _GENERAL_OF[kind]

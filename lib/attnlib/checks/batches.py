@@ -19,7 +19,7 @@ import torch
 from ..attention import attention_weights, causal_mask, padding_mask, sliding_window_mask
 from ..batches import pad_prompts, position_ids
 from ..model import GPT
-from ._core import Guess, Mistake, Verdict, _fresh, _gen, checker, judge, judge_number, named, variants
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
 __all__ = ["check_step_positions", "check_nonzero_weights", "check_batched_generation",
            "check_sink_window_mask", "NONZERO_LENGTHS"]
@@ -129,11 +129,10 @@ FLOAT_POSITIONS = Mistake(
          "index a table, so they must be integers (int64) whatever the mask's dtype.")
 
 
-def _positions_dtype_look(fn, verdict: Verdict) -> Verdict | None:
+def _positions_dtype_look(verdict: Verdict, results) -> Verdict | None:
     if verdict.mistake != "dtype":
         return None
-    for case in _mask_cases():
-        got = fn(*_fresh(case))
+    for _, got, _ in results.outputs():
         if isinstance(got, torch.Tensor) and got.is_floating_point():
             return named(FLOAT_POSITIONS)
     return None
@@ -143,7 +142,7 @@ def _positions_dtype_look(fn, verdict: Verdict) -> Verdict | None:
 def check_step_positions(fn) -> Verdict:
     """Check ``fn(attention_mask, n_new) -> positions``: (B, T) mask, 1 = real → (B, n_new) int64 positions."""
     return judge(fn, _mask_cases(), _step_positions_reference, _POSITION_MISTAKES,
-                 diagnose=lambda verdict: _positions_dtype_look(fn, verdict),
+                 diagnose=_positions_dtype_look,
                  success="every row counts from its own first real token, across the cache, in int64 whatever "
                          "the mask's dtype (bool, int64 and float masks; left, right and no padding; whole "
                          "prompts and steps of 1 and 2 new tokens).")
@@ -388,11 +387,16 @@ FLOAT_01 = Mistake(
          "refuses a float mask. Return a boolean tensor, True where query i may read key j.")
 
 
-def _sink_dtype_look(fn, verdict: Verdict) -> Verdict | None:
+def _sink_dtype_look(verdict: Verdict, results) -> Verdict | None:
+    """Floats 0 and 1 in the right pattern on every case (a float mask with another pattern is not named)."""
     if verdict.mistake != "dtype":
         return None
-    got = fn(*_sink_cases()[0])
-    return named(FLOAT_01) if isinstance(got, torch.Tensor) and got.is_floating_point() else None
+    for case, got, _ in results.outputs():
+        if not (isinstance(got, torch.Tensor) and got.is_floating_point() and got.shape == (case[0], case[1])):
+            return None
+        if not (bool(((got == 0) | (got == 1)).all()) and torch.equal(got.bool(), _sink_reference(*case))):
+            return None
+    return named(FLOAT_01)
 
 
 @checker(mistakes=[*_SINK_MISTAKES, FLOAT_01])
@@ -400,7 +404,7 @@ def check_sink_window_mask(fn) -> Verdict:
     """Check ``fn(T_q, T_k, window, n_sink) -> mask`` (T_q, T_k) bool: the window and the first n_sink keys,
     never the future; query i stands at position T_k − T_q + i."""
     return judge(fn, _sink_cases(), _sink_reference, _SINK_MISTAKES,
-                 diagnose=lambda verdict: _sink_dtype_look(fn, verdict),
+                 diagnose=_sink_dtype_look,
                  success="each query reads the sinks in its past and the last window keys up to its own "
                          "position, never the future (a prompt, steps after a cache, a window longer than T, "
                          "no sink).")

@@ -24,7 +24,21 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..block import Block
-from ._core import Group, Guess, Mistake, Verdict, _close, _fresh, _gen, checker, judge, judge_number, named, variants
+from ._core import (
+    Group,
+    Guess,
+    Mistake,
+    Verdict,
+    _close,
+    _fresh,
+    _gen,
+    checker,
+    judge,
+    judge_number,
+    named,
+    named_on,
+    variants,
+)
 
 __all__ = ["check_layer_norm", "check_mlp_in_chunks", "check_run_block", "check_block_flops",
            "check_layer_norm_from_rms", "run_block_as_given"]
@@ -75,18 +89,6 @@ def _runs(fn, cases):
 
 def _right(out, want, atol: float) -> bool:
     return isinstance(out, torch.Tensor) and _close(out, want, atol)
-
-
-def _imprecise(fn, cases, reference) -> bool:
-    """Whether ``fn`` loses digits on the float64 ``cases``: agreement to float32's precision passes the values
-    test (relative 1e-4), but a float64 computation agrees to far more."""
-    for case, out in zip(cases, _runs(fn, cases)):
-        if case[0].dtype != torch.float64 or not isinstance(out, torch.Tensor):
-            continue
-        want = reference(*case)
-        if out.shape == want.shape and ((out.double() - want).abs() > 1e-9 * (1 + want.abs())).any():
-            return True
-    return False
 
 
 # ------------------------------------------------------------------------------------------------ LayerNorm
@@ -228,9 +230,9 @@ CALLED_LAYER_NORM = Mistake(
 _LN_MISTAKES = [*_LN_TABLE, HALF_STATISTICS, CANCELLATION, DTYPE_CHANGED, LN_LOWERED, CALLED_LAYER_NORM]
 
 
-def _dtype_changed(fn, cases) -> Verdict | None:
+def _dtype_changed(outputs) -> Verdict | None:
     """The verdict for a result of another dtype than X whose values are right, else None."""
-    for case, out in zip(cases, _runs(fn, cases)):
+    for case, out, _ in outputs:
         X = case[0]
         exact = _layer_norm(*(t.double() for t in case))
         if isinstance(out, torch.Tensor) and out.dtype != X.dtype and out.shape == X.shape \
@@ -240,44 +242,31 @@ def _dtype_changed(fn, cases) -> Verdict | None:
     return None
 
 
-def _named_on(fn, cases, mistakes, reference, tolerance) -> Verdict | None:
-    """The first mistake that ``fn`` matches on every one of ``cases`` (where the answer is wrong on one)."""
-    def same(out, wrong, atol: float) -> bool:
-        if isinstance(wrong, Exception) or isinstance(out, Exception):
-            return type(out) is type(wrong) and str(out) == str(wrong)
-        return _right(out, wrong, atol)
-
-    outs = _runs(fn, cases)
-    if all(same(o, reference(*c), tolerance(c[0].dtype)) for o, c in zip(outs, cases)):
-        return None
-    for m in mistakes:
-        if m.wrong is not None and all(same(o, w, tolerance(c[0].dtype))
-                                       for o, w, c in zip(outs, _runs(m.wrong, cases), cases)):
-            return named(m)
-    return None
-
-
 @checker(mistakes=_LN_MISTAKES)
 def check_layer_norm(fn) -> Verdict:
     """Check ``fn(X, gamma, beta)``: X (..., d_model) in float16, float32 or float64, gamma and beta (d_model,) of
     its dtype → LayerNorm with ε = 1e-5, of the shape and dtype of X."""
     groups = _norm_groups()
 
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
+        if verdict.mistake == "precision":        # the core's float64 check: a float32 round trip
+            return named(LN_LOWERED)
         if verdict.mistake not in _GENERIC:
             return None
-        wide, half = _cases(groups, torch.float32) + _cases(groups, torch.float64), _cases(groups, torch.float16)
-        found = _dtype_changed(fn, wide + half)
+        outputs = results.outputs()
+        found = _dtype_changed(outputs)
         if found is not None:
             return found
-        wide_right = all(_right(o, _layer_norm(*c), 1e-5) for o, c in zip(_runs(fn, wide), wide))
+        half = _cases(groups, torch.float16)
+        wide_right = all(_right(o, _layer_norm(*c), 1e-5) for c, o, _ in outputs if c[0].dtype != torch.float16)
         upcast = [tuple(t.float() for t in c) for c in half]
         if wide_right and all(_right(o, _layer_norm(*c), 1e-5) for o, c in zip(_runs(fn, upcast), upcast)):
             return named(HALF_STATISTICS)
         exact = [tuple(t.double() for t in c) for c in half]
         if wide_right and all(_right(o, _layer_norm(*c), 1e-5) for o, c in zip(_runs(fn, exact), exact)):
             return named(CANCELLATION)
-        return _named_on(fn, wide, _LN_TABLE, _layer_norm, _tolerance)   # a mistake that float16 also blurs
+        # a mistake that float16 also blurs: named on the float32 and float64 cases
+        return named_on(results, _LN_TABLE, _layer_norm, where=lambda case: case[0].dtype != torch.float16)
 
     seen: list[_Watch] = []
     verdict = judge(_watched(fn, seen), groups, _layer_norm, _LN_TABLE, diagnose=diagnose,
@@ -285,8 +274,6 @@ def check_layer_norm(fn) -> Verdict:
                             "back in the dtype it came in.")
     if verdict.ok and any("native_layer_norm" in w.ops for w in seen):
         return named(CALLED_LAYER_NORM)
-    if verdict.ok and seen and _imprecise(fn, _cases(groups, torch.float64), _layer_norm):
-        return named(LN_LOWERED)
     return verdict
 
 
@@ -420,13 +407,15 @@ def check_mlp_in_chunks(fn) -> Verdict:
     d_ff), W_2 (d_ff, d_model), with no tensor of the learner's more than ``chunk`` hidden columns wide."""
     cases = _mlp_cases()
 
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
         if verdict.mistake == "error" and any(s in verdict.message for s in (
                 "must match the size", "cannot be multiplied", "size mismatch", "shapes cannot")):
             return named(UNCUT, f" ({verdict.message})")
+        if verdict.mistake == "precision":        # the core's float64 check: a float32 round trip
+            return named(CHUNK_LOWERED)
         if verdict.mistake != "dtype":
             return None
-        for case, out in zip(cases, _runs(fn, cases)):
+        for case, out, _ in results.outputs():
             X = case[0]
             if isinstance(out, torch.Tensor) and out.dtype != X.dtype:
                 return named(ACCUMULATOR_DTYPE, got=str(out.dtype).removeprefix("torch."),
@@ -442,8 +431,6 @@ def check_mlp_in_chunks(fn) -> Verdict:
             width = _too_wide(watch, case)
             if width is not None:
                 return named(FULL_HIDDEN, width=width, chunk=case[-1])
-        if seen and _imprecise(fn, cases, _mlp):
-            return named(CHUNK_LOWERED)
     return verdict
 
 

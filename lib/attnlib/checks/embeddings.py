@@ -22,7 +22,7 @@ import math
 import torch
 
 from ..position import rope_angles, sinusoidal_positions
-from ._core import Mistake, Verdict, _fresh, _gen, checker, judge, named, variants
+from ._core import Mistake, Verdict, _gen, checker, judge, named, variants
 
 __all__ = ["check_lookup_grad", "check_sinusoidal", "check_rotate_halves", "check_embed_with_positions"]
 
@@ -113,11 +113,12 @@ def _kept_one_per_token(got, ids, dX, vocab_size) -> bool:
     return True
 
 
-def _grad_diagnose(fn, cases, verdict: Verdict) -> Verdict | None:
+def _grad_diagnose(verdict: Verdict, results) -> Verdict | None:
     if verdict.mistake not in ("values", "dtype"):
         return None
-    if any(ids.unique().numel() < ids.numel() for ids, _, _ in cases) and all(
-            _kept_one_per_token(fn(*_fresh(case)), *case) for case in cases):
+    outputs = results.outputs()
+    if any(case[0].unique().numel() < case[0].numel() for case, _, _ in outputs) and all(
+            e is None and _kept_one_per_token(got, *case) for case, got, e in outputs):
         return named(GRAD_OVERWRITE)
     return None
 
@@ -129,7 +130,7 @@ def check_lookup_grad(fn) -> Verdict:
     return judge(fn, cases, _lookup_grad, _GRAD_MISTAKES,
                  success="every position added its gradient to its token's row: repeated tokens add up, "
                          "tokens that never occur get zero, and a batch gives one table.",
-                 diagnose=lambda verdict: _grad_diagnose(fn, cases, verdict))
+                 diagnose=_grad_diagnose)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,11 +275,10 @@ ANGLES_DTYPE = Mistake(
          "promotes the result to float64. Convert the cosines and sines to x's dtype before they meet x.")
 
 
-def _rotate_diagnose(fn, cases, verdict: Verdict) -> Verdict | None:
+def _rotate_diagnose(verdict: Verdict, results) -> Verdict | None:
     if verdict.mistake != "dtype":
         return None
-    for x, theta in cases:
-        got = fn(*_fresh((x, theta)))
+    for (x, theta), got, _ in results.outputs():
         if x.dtype != theta.dtype and isinstance(got, torch.Tensor) and got.dtype == theta.dtype:
             return named(ANGLES_DTYPE)
     return None
@@ -291,7 +291,7 @@ def check_rotate_halves(fn) -> Verdict:
     return judge(fn, cases, _rotate_halves, _ROTATE_MISTAKES,
                  success="every pair (f, f + d/2) is rotated by the angle it was given, in x's dtype, and x "
                          "is left as it came.",
-                 diagnose=lambda verdict: _rotate_diagnose(fn, cases, verdict))
+                 diagnose=_rotate_diagnose)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -131,11 +131,11 @@ _SPLIT_MISTAKES = [THREE_AXES, *variants(_split_way, [
 @checker(mistakes=_SPLIT_MISTAKES)
 def check_split_heads(fn) -> Verdict:
     """Check ``fn(x, h)``: x (..., T, d_model) → (..., h, T, d_head), any number of leading axes (even none)."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
         # right with exactly one batch axis, wrong (or failing) both with none and with two
         if verdict.mistake not in _GENERIC:
             return None
-        right = [_right(fn, case, _split_reference, 1e-6) for case in _split_cases()]
+        right = [results.right(case, 1e-6) for case, _ in results.cases]
         return named(THREE_AXES) if right == [False, True, False] else None
 
     return judge(fn, _split_cases(), _split_reference, _SPLIT_MISTAKES, diagnose=diagnose,
@@ -180,11 +180,12 @@ def _heads_first_reference(X, W_Q, W_K, W_V, W_O):
 
 
 def _hf_variant(X, W_Q, W_K, W_V, W_O, *, fuse="right", scale="d_k", causal=True, scores="queries first",
-                heads="sum", out="right"):
+                heads="sum", out="right", merge="right"):
     """Heads-first attention written with einsum; every switch's default is right, any other value plants a
     mistake. ``fuse="reshape"``: the weights read as (d_model, h·d) by a plain reshape. ``scale``: the width
     under the square root. ``scores="keys first"``: the table has keys on its rows. ``heads``: "sum" (right),
-    "mean" or "apart" (one output per head). ``out="interleaved"``: W_O's rows taken in the wrong order."""
+    "mean" or "apart" (one output per head). ``out="interleaved"``: W_O's rows taken in the wrong order.
+    ``merge="reshape"``: the chapter's bug, the heads merged by a reshape of (B, h, T, d_v) with no transpose."""
     h, d_model, d_k = W_Q.shape
     d_v, T = W_V.shape[-1], X.shape[1]
     if fuse == "right":
@@ -196,6 +197,8 @@ def _hf_variant(X, W_Q, W_K, W_V, W_O, *, fuse="right", scale="d_k", causal=True
     P = softmax(Z + causal_mask(T, dtype=Z.dtype) if causal else Z)
     heads_out = P @ V                                                    # (B, h, T, d_v)
     W = W_O if out == "right" else W_O.transpose(0, 1).reshape(h, d_v, d_model)
+    if merge == "reshape":
+        return heads_out.reshape(X.shape[0], T, h * d_v) @ W.reshape(h * d_v, d_model)
     if heads == "apart":
         return torch.einsum("bhtv,hvm->bhtm", heads_out, W)
     Y = torch.einsum("bhtv,hvm->btm", heads_out, W)
@@ -250,6 +253,12 @@ _HF_MISTAKES = [WIDTHS, FLOAT16, *variants(_hf_variant, [
      "contributions to one position?",
      "you averaged the heads' contributions. Concatenating and projecting adds them up: each head passes "
      "through its own rows of W_O, and the h results are summed, not averaged."),
+    ("merge-no-transpose", dict(merge="reshape"),
+     "each of your output rows mixes numbers from several positions. After P @ V, in which order do the head "
+     "axis and the position axis stand, and in which order does a reshape read them?",
+     "you merged the heads with a reshape of the (B, h, T, d_v) tensor. A reshape reads the numbers in "
+     "memory order, so row t of the merged tensor holds pieces of other positions and heads. The position "
+     "axis has to come before the head axis before the last two axes are joined."),
     ("heads-apart", dict(heads="apart"),
      "your result still has a head axis. What does W_O do with the h heads of one position?",
      "W_O mixes the heads: a position's output is the sum of what each head contributes through its rows of "
@@ -266,10 +275,10 @@ def _hf_probe():
 def check_heads_first(fn) -> Verdict:
     """Check ``fn(X, W_Q, W_K, W_V, W_O)``: X (B, T, d_model) → (B, T, d_model), causal, no biases; W_Q, W_K
     (h, d_model, d_k), W_V (h, d_model, d_v), W_O (h, d_v, d_model), with d_k ≠ d_v."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
+    def diagnose(verdict: Verdict, results) -> Verdict | None:
         if verdict.mistake not in _GENERIC:
             return None
-        right = [_right(fn, g.cases[0], _heads_first_reference, g.atol) for g in _hf_cases()]
+        right = [results.right(case) for case, _ in results.cases]
         if right == [True, True, False]:        # float32 and float64 right, float16 not: a dtype of its own
             return named(FLOAT16)
         if not right[0] and _right(fn, _hf_probe(), _heads_first_reference, 1e-5):

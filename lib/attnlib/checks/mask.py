@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..attention import causal_mask, softmax
-from ._core import Group, Mistake, Verdict, _close, _fresh, _gen, checker, judge, named, variants
+from ._core import Group, Mistake, Verdict, _gen, checker, judge, named, variants
 
 __all__ = ["check_packed_mask", "check_chunk_weights", "check_padded_causal_weights"]
 
@@ -36,14 +36,6 @@ def _blocked_before(T_q: int, T_k: int, offset: int) -> torch.Tensor:
     return torch.arange(T_k)[None, :] < torch.arange(offset, offset + T_q)[:, None]
 
 
-def _result_of(fn, case: tuple):
-    """The learner's answer on one case, on its own copy; None when it raises."""
-    try:
-        return fn(*_fresh(case))
-    except Exception:  # noqa: BLE001 - the learner's error was reported already
-        return None
-
-
 UPCAST = Mistake(
     "upcast",
     "the weights are right, but they come back as {got} for {want} scores. Which of your tensors has a "
@@ -52,21 +44,12 @@ UPCAST = Mistake(
          "dtype to the scores promotes the sum (float16 plus float32 gives float32). Build the mask in the "
          "scores' own dtype, or block the scores with masked_fill, which keeps their dtype.")
 
-FINITE = Mistake(
-    "finite",
-    "masked_fill refused your fill value on the float16 scores: it does not fit in float16. Which value "
-    "blocks a score in every dtype?",
-    more="float16's largest magnitude is about 65504, so a finite stand-in such as -1e9 (or float32's "
-         "smallest number) cannot be written into float16 scores. Block with minus infinity, or with the "
-         "smallest number of the scores' own dtype.")
-
-
-def _dtype_look(fn, verdict: Verdict, half_case: tuple) -> Verdict | None:
-    """Name the two float16 traps: weights promoted to another dtype, and a fill value that overflows."""
-    if verdict.mistake == "error" and "overflow" in verdict.message:
-        return named(FINITE, f" ({verdict.message})")
-    if verdict.mistake == "dtype":
-        got = _result_of(fn, half_case)
+def _dtype_look(verdict: Verdict, results) -> Verdict | None:
+    """Name the float16 trap of weights promoted to another dtype (a fill value that overflows is named by the
+    core, as :data:`FINITE`), from the cached result of the first float16 case."""
+    half = [(case, got) for case, got, _ in results.outputs() if case[0].dtype == torch.float16]
+    if verdict.mistake == "dtype" and half:
+        (half_case, got), = half[:1]
         want = half_case[0].dtype
         if isinstance(got, torch.Tensor) and got.dtype != want:
             return named(UPCAST, got=str(got.dtype), want=str(want))
@@ -158,18 +141,17 @@ BATCH_AXES = Mistake(
          "and leave the axes before it as they are.")
 
 
-def _packed_look(fn, verdict: Verdict) -> Verdict | None:
-    cases = _packed_cases()
+def _packed_look(verdict: Verdict, results) -> Verdict | None:
+    outputs = results.outputs()
     if verdict.mistake == "dtype":
-        got = _result_of(fn, cases[0])
+        got = outputs[0][1]
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
             return named(NOT_BOOLEAN, dtype=str(got.dtype))
         return None
     if verdict.mistake in ("values", "shape", "error", "type"):
-        right = [isinstance(got := _result_of(fn, c), torch.Tensor) and _close(got, _packed_reference(*c), 0.0)
-                 for c in cases]
+        right = [results.right(case) for case, _, _ in outputs]
         if any(right) and not all(right):
-            shape = {ok: tuple(c[0].shape) for ok, c in zip(right, cases)}
+            shape = {ok: tuple(case[0].shape) for ok, (case, _, _) in zip(right, outputs)}
             return named(BATCH_AXES, good=shape[True], bad=shape[False])
     return None
 
@@ -178,7 +160,7 @@ def _packed_look(fn, verdict: Verdict) -> Verdict | None:
 def check_packed_mask(fn) -> Verdict:
     """Check ``fn(doc_ids) -> mask``: doc_ids (..., T) int64 → bool (..., T, T), True where i may attend to j."""
     return judge(fn, _packed_cases(), _packed_reference, _PACKED_MISTAKES, atol=0.0,
-                 diagnose=lambda verdict: _packed_look(fn, verdict),
+                 diagnose=_packed_look,
                  success="a token attends to itself and to the earlier tokens of its own document only, in "
                          "SDPA's convention (one row, a batch, and two leading axes).")
 
@@ -266,12 +248,12 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
 ])
 
 
-@checker(mistakes=[*_CHUNK_MISTAKES, UPCAST, FINITE])
+@checker(mistakes=[*_CHUNK_MISTAKES, UPCAST])
 def check_chunk_weights(fn) -> Verdict:
     """Check ``fn(Z, start) -> P``: Z (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
     half = _chunk_half_cases()
     return judge(fn, [Group(_chunk_cases(), 1e-5), Group(half, 3e-3)], _chunk_reference, _CHUNK_MISTAKES,
-                 diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),
+                 diagnose=_dtype_look,
                  success="query i of the chunk reads the keys up to position start + i and no later one, "
                          "every row sums to 1, and float16 scores give float16 weights (a middle, the last "
                          "and the first chunk).")
@@ -364,12 +346,12 @@ _PADDED_MISTAKES = variants(_planted_padded, [
 ])
 
 
-@checker(mistakes=[*_PADDED_MISTAKES, UPCAST, FINITE])
+@checker(mistakes=[*_PADDED_MISTAKES, UPCAST])
 def check_padded_causal_weights(fn) -> Verdict:
     """Check ``fn(Z, is_pad) -> P``: Z (B, T, T), is_pad (B, T) bool (True = padding) → P (B, T, T)."""
     half = _padded_half_cases()
     return judge(fn, [Group(_padded_cases(), 1e-5), Group(half, 3e-3)], _padded_reference, _PADDED_MISTAKES,
-                 diagnose=lambda verdict: _dtype_look(fn, verdict, half[0]),
+                 diagnose=_dtype_look,
                  success="each query reads only earlier real tokens, rows sum to 1, a query with nothing to "
                          "read gets zero weights, not NaN (left, right and no padding), and float16 scores "
                          "give float16 weights.")

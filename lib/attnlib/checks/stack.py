@@ -144,7 +144,7 @@ def _facts(out, given: nn.ModuleList):
                 copies.append(torch.full(X.shape, math.nan, dtype=torch.float64))
         else:
             kinds.append(_identity_kind(b, X))
-            dead.append(int(_dead(b)))
+            dead.append(int(_dead(b)) + 2 * int(any(not p.requires_grad for p in b.parameters())))
     copies = torch.stack(copies) if copies else torch.zeros(0, *X.shape, dtype=torch.float64)
     return (int(isinstance(out, nn.ModuleList)), len(items), shares_given, int(shares_between), settings, copies,
             torch.tensor(kinds, dtype=torch.int64), torch.tensor(dead, dtype=torch.int64))
@@ -249,6 +249,12 @@ DEAD = Mistake(
     more="with a sublayer's first layer zero too, nothing flows back into that sublayer and it stays at zero. "
          "Only the output layers (weight and bias) need to be zero; the rest stays as it was, random or "
          "copied.")
+FROZEN = Mistake(
+    "frozen",
+    "entry {k} cannot learn: its parameter {name} has requires_grad=False. The new blocks start as the "
+    "identity and must still be able to learn: which of your steps switched learning off?",
+    more="entry {k}'s {name} is frozen, so training leaves it as it is and the block stays the identity for "
+         "ever. Change the output layers' values without turning off their gradient.")
 NOT_MODULELIST = Mistake(
     "not-modulelist",
     "the blocks are right, but you returned a plain {what}: a module that stores it sees {seen} of its "
@@ -264,7 +270,7 @@ NO_GRAD = Mistake(
 
 _DEEPEN_MISTAKES = [DEEPEN_TYPE, WRONG_COUNT, SHARED_GIVEN, SAME_BLOCK, SHARED_BETWEEN, WRONG_HEADS, WRONG_D_FF,
                     WRONG_DTYPE, WRONG_SETTING, ORDER, STACK_DIFFERS, COPY_DIFFERS, CONSTANT_ADDED, NOT_IDENTITY, DEAD,
-                    NOT_MODULELIST, NO_GRAD]
+                    NOT_MODULELIST, NO_GRAD, FROZEN]
 
 
 def _n_params(modules) -> int:
@@ -325,6 +331,10 @@ def _explain_stack(out, given: nn.ModuleList) -> Verdict | None:
             if _dead(entry):
                 part = "attention" if not bool(entry.attn.W_QKV.weight.any()) else "MLP"
                 return named(DEAD, k=2 * k + 1, part=part)
+    for k, entry in enumerate(items[1::2]):
+        frozen = [n for n, p in entry.named_parameters() if not p.requires_grad]
+        if frozen:
+            return named(FROZEN, k=2 * k + 1, name=frozen[0])
     if not isinstance(out, nn.ModuleList):
         holder = nn.Module()
         holder.blocks = out

@@ -144,38 +144,35 @@ _OVERFLOW = Mistake(
 _NAN_EMPTY = _MERGE_MISTAKES[-1]
 
 
-def _merge_diagnosis(fn):
-    """A non-finite result where the right one is finite: on large maxima, an overflow; on rows with nothing
-    to read in either part, the NaN of −∞ − (−∞). None otherwise."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
-        if verdict.mistake != "values":
-            return None
-        found = {}
-        for tag, case in zip(_MERGE_TAGS, _merge_cases()):
-            try:
-                got = fn(*case)
-            except Exception:  # noqa: BLE001 - judge has described a failure already
-                continue
-            want = _merge_reference(*case)
-            if not isinstance(got, (tuple, list)) or len(got) != 3:
-                return None
-            for g, w in zip(got, want):
-                if isinstance(g, torch.Tensor) and g.shape == w.shape:
-                    g = g.detach().cpu().double()
-                    if bool(((~torch.isfinite(g) & torch.isfinite(w)) | (g.isnan() & ~w.isnan())).any()):
-                        found[tag] = True
-        if "large maxima" in found:
-            return named(_OVERFLOW)
-        if "empty rows" in found:
-            return named(_NAN_EMPTY)
+def _merge_diagnosis(verdict: Verdict, results) -> Verdict | None:
+    """From the cached results: inf or NaN where the right result is finite, on large maxima, is an overflow; a
+    NaN (a real one) on rows with nothing to read in either part is the NaN of −∞ − (−∞). None otherwise."""
+    if verdict.mistake != "values":
         return None
-    return diagnose
+    found = set()
+    for tag, (case, got, e) in zip(_MERGE_TAGS, results.outputs()):
+        if e is not None:   # judge has described a failure already
+            continue
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            return None
+        for g, w in zip(got, _merge_reference(*case)):
+            if isinstance(g, torch.Tensor) and g.shape == w.shape:
+                g, w = g.detach().cpu().double(), w.detach().cpu().double()
+                if bool((g.isnan() & ~w.isnan()).any()):
+                    found.add((tag, "nan"))
+                if bool((~torch.isfinite(g) & torch.isfinite(w)).any()):
+                    found.add((tag, "not finite"))
+    if {("large maxima", "nan"), ("large maxima", "not finite")} & found:
+        return named(_OVERFLOW)
+    if ("empty rows", "nan") in found:
+        return named(_NAN_EMPTY)
+    return None
 
 
 @checker(mistakes=[*_MERGE_MISTAKES, _OVERFLOW])
 def check_merge_states(fn) -> Verdict:
     """Check ``fn(a, b)`` → (m, l, O): the state of two disjoint key sets, each state (m, l, O), merged."""
-    return judge(fn, _merge_cases(), _merge_reference, _MERGE_MISTAKES, diagnose=_merge_diagnosis(fn),
+    return judge(fn, _merge_cases(), _merge_reference, _MERGE_MISTAKES, diagnose=_merge_diagnosis,
                  success="the merged state equals one pass over all the keys: when either part holds the larger "
                          "maximum, with batch axes, on rows empty in one part or in both, for maxima near 750, "
                          "and in float32.")
@@ -378,10 +375,11 @@ _FIX_MISTAKES = [
                  "into m only after the factor."),
     *variants(_tiled_variant, [
         ("wrong-sign", dict(sign=-1),
-         "the factor is above 1 now where a row's maximum grows. Measured against a larger maximum, should the "
-         "earlier terms grow or shrink?",
-         "the factor that refers the running sums to the new maximum is e to the power (old max − new max), at "
-         "most 1; you used its inverse."),
+         "where a row's maximum grows, your running sums and the new block's terms end up measured against "
+         "different maxima. Which maximum does each term refer to, and should the factor be above 1 or below?",
+         "every term summed must refer to the newest maximum: the old ℓ and O take the factor e to the power "
+         "(old max − new max), at most 1, and the new block's weights are computed against the new maximum. "
+         "One of the two refers to another maximum in yours."),
         ("rescale-after-add", dict(after_add=True),
          "the new block's terms are scaled down too. They were computed against the new maximum already: "
          "which of the two things you add needs the factor?",
