@@ -463,6 +463,7 @@ def test_the_notebooks_buggy_function_is_the_librarys():
     source = next(c.source for c in nb.cells if c.cell_type == "code"
                   and c.source.startswith("def attention_from_W_QKV") and "solution" not in c.metadata.get("tags", []))
     space = {"torch": torch, "math": math, "check_fixed_qkv_attention": lambda fn: None}
+    source = source.replace("    raise NotImplementedError  # delete this line once you have fixed the bug\n", "")
     exec(source, space)
     for case in heads._qkv_cases():
         assert torch.equal(space["attention_from_W_QKV"](*case), buggy_qkv_attention(*case))
