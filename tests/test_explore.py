@@ -12,7 +12,9 @@ import html.parser
 import json
 import math
 import os
+import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -435,3 +437,22 @@ def test_identical_bytes_in_a_fresh_process():
                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": lib})
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip() == want
+
+
+def _tsc() -> str | None:
+    """TypeScript's compiler, where a maintainer installed it (`npm install --no-save typescript@5`, or globally)."""
+    here = pathlib.Path(__file__).resolve().parents[1] / "node_modules" / ".bin" / "tsc"
+    return str(here) if here.is_file() else shutil.which("tsc")
+
+
+@pytest.mark.skipif(shutil.which("node") is None or _tsc() is None,
+                    reason="needs node and TypeScript (npm install --no-save typescript@5); readers need neither")
+def test_the_script_type_checks():
+    """`tsc --checkJs` over the modules with js/kit.d.ts: kit's parts are named and called as declared, the DOM as
+    typed. The page's script is the same code: the JSDoc lines are left out of it."""
+    folder = pathlib.Path(attnlib.__file__).parent / "js"
+    files = [str(folder / "kit.d.ts")] + sorted(str(f) for f in folder.glob("*.js"))
+    out = subprocess.run([_tsc(), "--noEmit", "--allowJs", "--checkJs", "--target", "es5", "--lib", "es2015,dom",
+                          *files], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+    assert "@type" not in _script(MODULES) and "@type" in (folder / "table.js").read_text()

@@ -106,13 +106,15 @@ MODULES = VIEW_MODULES + ("stored", "start")
 def _asset(name: str) -> str:
     """A file shipped with the package (js/*.js, explore.css), read once, as it is inlined into a page.
 
-    Indentation, blank lines, whole-line ``//`` comments and a ``//`` comment after a line's code (where the
-    code ends in ``;``, ``{``, ``}``, ``,`` or ``)``) are left out (a third of the bytes); the first file's opening
-    comment stays, so that the page says what the code is.
+    Indentation, blank lines, whole-line ``//`` comments, one-line JSDoc types (``/** @type {…} */``, for the
+    type check) and a ``//`` comment after a line's code (where the code ends in ``;``, ``{``, ``}``, ``,`` or
+    ``)``) are left out (a third of the bytes); the first file's opening comment stays, so that the page says what
+    the code is.
     """
     text = resources.files("attnlib").joinpath(name).read_text(encoding="utf-8")
     lines = (re.sub(r"([;{},)])\s+//.*$", r"\1", line.strip()) for line in text.splitlines())
-    return "\n".join(line for line in lines if line and not line.startswith("//"))
+    return "\n".join(line for line in lines
+                     if line and not line.startswith("//") and not (line.startswith("/**") and line.endswith("*/")))
 
 
 def _scores_table(S) -> torch.Tensor:

@@ -51,6 +51,11 @@ kit.layout = function (v) {
       'tabindex="-1" aria-selected="false" aria-label="' + kit.fmt(W.query, {name: nameOf(t)}) + '"' + hide(t) +
       ">" + nameOf(t) + "</text>";
   }
+  function size(e, w, h) {
+    e.setAttribute("width", String(w));
+    e.setAttribute("height", String(h));
+    e.setAttribute("viewBox", "0 0 " + w + " " + h);
+  }
   // build(labels): the pictures for these tokens (again when the text changes), then draw() colours them.
   v.build = function (newLabels) {
     var old = v.T, oldNames = [], names = [], t;
@@ -77,15 +82,13 @@ kit.layout = function (v) {
     v.tvW = Math.ceil(2 * v.tokW + 110);
     var tvH = g.room * v.rowH + 10;
     if (!same) {
-      [[v.heat, v.heatW, v.heatH], [v.over, v.heatW, v.heatH], [v.list, v.tvW, tvH]].forEach(function (p) {
-        p[0].setAttribute("width", p[1]);
-        p[0].setAttribute("height", p[2]);
-        p[0].setAttribute("viewBox", "0 0 " + p[1] + " " + p[2]);
-      });
+      size(v.heat, v.heatW, v.heatH);
+      size(v.over, v.heatW, v.heatH);
+      size(v.list, v.tvW, tvH);
       if (o.minCell) v.stack.style.minWidth = Math.ceil(v.heatW * Math.min(1, o.minCell / v.cell)) + "px";
     }
-    v.heat.setAttribute("aria-rowcount", v.T);
-    v.heat.setAttribute("aria-colcount", v.T);
+    v.heat.setAttribute("aria-rowcount", String(v.T));
+    v.heat.setAttribute("aria-colcount", String(v.T));
     if (same) update(old, oldNames, names); else whole();
     fit();
     v.roving();

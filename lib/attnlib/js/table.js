@@ -2,7 +2,9 @@
 // figure (o.lazyTable) fills it only while it is open. Sets v.table: shown(), prepare() (true when it wrote new
 // rows), write(i, j, text), name(label) (its caption and its scroll box's name).
 kit.table = function (v) {
-  var root = v.root, o = v.o, box = root.querySelector(".ax-table-scroll"), table = root.querySelector(".ax-table table");
+  var root = v.root, o = v.o, box = root.querySelector(".ax-table-scroll");
+  /** @type {HTMLTableElement} */
+  var table = root.querySelector(".ax-table table");
   var details = table && table.closest("details"), tableFor = null, tdRows = [];
   if (details && o.lazyTable) details.addEventListener("toggle", function () { if (details.open) v.draw(); });
   function names() {
