@@ -12,7 +12,9 @@ import html.parser
 import json
 import math
 import os
+import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -23,7 +25,17 @@ import torch
 import attnlib
 from attnlib import GPT
 from attnlib.attention import attention_weights, causal_mask, softmax
-from attnlib.explore import MAX_NUMBERS, MAX_T, AttentionExplorer, _asset, explore, model_scores
+from attnlib.explore import (
+    MAX_NUMBERS,
+    MAX_T,
+    MODULES,
+    WORDS,
+    AttentionExplorer,
+    _asset,
+    _script,
+    explore,
+    model_scores,
+)
 from attnlib.induction import head_weights
 
 TOKENS = [" the", " cat", " chase", "s", " the", " dog"]
@@ -157,9 +169,9 @@ def test_figure_size_stays_small():
     one = explore(raw(6, 6), TOKENS, 8, controls=("scale", "mask", "temperature"))
     many = explore(raw(2, 4, 24, 24), [f"t{k}" for k in range(24)], 8)
     # the code and style, shared by every figure: ~32 kB, a third of it the redraw that keeps a keystroke of the
-    # live figure (chapter 8) under 50 ms; live.js and live.css are not in it
+    # live figure (chapter 8) under 50 ms; js/model.js, js/live.js and live.css are not in it
     assert one.nbytes < 34_000, one.nbytes
-    assert "attnlibLive" in one.html and "liveModel" not in one.html and "ax-live-text" not in one.html
+    assert "kit.storedFigure" in one.html and "liveModel" not in one.html and "ax-live-text" not in one.html
     assert many.nbytes < 80_000, many.nbytes          # + 4 decimals per score, + the shown head's table
     assert isinstance(one, AttentionExplorer)
 
@@ -295,9 +307,21 @@ def test_each_figure_says_what_it_shows(shape, where, label):
     region = tag_with(fig, "ax-table-scroll")       # the table's scroll box: named, reachable by the keyboard
     assert region["role"] == "region" and region["tabindex"] == "0" and region["aria-label"] == label
     assert table_of(fig).caption.startswith(label + ".")
-    js = _asset("explore.js")                       # the script writes the same words on the heatmap
-    assert '"attention weights" + which + " over " + T + " tokens"' in js
-    assert '" of " + o.layerLabel + " " + st.layer + " head " + st.head' in js
+    js = _script(MODULES)                           # the script writes the same words on the heatmap, from WORDS
+    assert page_json(fig)["words"] == WORDS
+    assert "kit.fmt(W.label, {which: which, T: v.T})" in js and "kit.fmt(W.ofLayer, {layerLabel: o.layerLabel" in js
+
+
+def test_the_words_live_in_one_place():
+    """The script shows no sentence of its own: every word comes from WORDS (live.py adds LIVE_WORDS), by name."""
+    from attnlib.live import LIVE_MODULES, LIVE_WORDS
+    for modules, words in ((MODULES, WORDS), (LIVE_MODULES, {**WORDS, **LIVE_WORDS})):
+        used = set(re.findall(r"\bW\.(\w+)", _script(modules)))
+        assert used and used <= set(words), sorted(used - set(words))
+    assert not set(WORDS) & set(LIVE_WORDS)
+    assert set(re.findall(r"\bW\.(\w+)", _script(MODULES))) | {"liveFigure"} >= set(WORDS) - {"liveFigure"}
+    for english in ("attention weights", "causal mask on", "reads ", "masked (a future key)", "Rows: queries"):
+        assert english not in _script(MODULES), english
 
 
 def test_table_values_equal_the_library_weights():
@@ -348,7 +372,7 @@ def test_help_text_fits_the_device():
 
 def test_the_script_makes_the_cells_and_tokens_focusable_with_one_tab_stop_each():
     """The DOM the script builds is checked in the browser (test_rendered_book.py); here: what it is built from."""
-    js = _asset("explore.js")
+    js = _script(MODULES)
     for what in ('role: "grid"', 'role="row"', 'role="gridcell"', 'role: "listbox"', 'role="option"',
                  'tabindex: -1', 'tabindex="-1"', 'setAttribute("tabindex", "0")',
                  '"aria-selected"', '"ArrowRight"', '"ArrowLeft"', '"ArrowUp"',
@@ -384,7 +408,7 @@ def test_every_text_colour_meets_4_5_to_1():
     # a cell's number: black or white, whichever contrasts more with the cell, at every weight (JS's rgb and ink)
     stops = [(247, 251, 255), (198, 219, 239), (107, 174, 214), (33, 113, 181), (8, 48, 107)]
     assert "[[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]]" in \
-        _asset("explore.js")
+        _asset("js/paint.js")
     worst = 21.0
     for n in range(1001):
         x = n / 1000 * 4
@@ -413,3 +437,22 @@ def test_identical_bytes_in_a_fresh_process():
                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": lib})
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip() == want
+
+
+def _tsc() -> str | None:
+    """TypeScript's compiler, where a maintainer installed it (`npm install --no-save typescript@5`, or globally)."""
+    here = pathlib.Path(__file__).resolve().parents[1] / "node_modules" / ".bin" / "tsc"
+    return str(here) if here.is_file() else shutil.which("tsc")
+
+
+@pytest.mark.skipif(shutil.which("node") is None or _tsc() is None,
+                    reason="needs node and TypeScript (npm install --no-save typescript@5); readers need neither")
+def test_the_script_type_checks():
+    """`tsc --checkJs` over the modules with js/kit.d.ts: kit's parts are named and called as declared, the DOM as
+    typed. The page's script is the same code: the JSDoc lines are left out of it."""
+    folder = pathlib.Path(attnlib.__file__).parent / "js"
+    files = [str(folder / "kit.d.ts")] + sorted(str(f) for f in folder.glob("*.js"))
+    out = subprocess.run([_tsc(), "--noEmit", "--allowJs", "--checkJs", "--target", "es5", "--lib", "es2015,dom",
+                          *files], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+    assert "@type" not in _script(MODULES) and "@type" in (folder / "table.js").read_text()

@@ -19,8 +19,8 @@ import torch
 
 import attnlib
 from attnlib import GPT, CharTokenizer
-from attnlib.explore import _asset
-from attnlib.live import MAX_CHARS, LiveModel, half_model, live, page_model, page_text
+from attnlib.explore import MODULES, _script
+from attnlib.live import LIVE_MODULES, LIVE_WORDS, MAX_CHARS, LiveModel, half_model, live, page_model, page_text
 from attnlib.train import char_data, load_char_models
 
 
@@ -70,8 +70,10 @@ def test_one_container_scripts_in_order_nothing_from_outside(fig):
     for bad in ("http:", "https:", "//cdn", "src=", "@import", "url("):
         assert bad not in text.replace("http://www.w3.org/2000/svg", ""), bad
     scripts = re.findall(r"<script([^>]*)>", text)
-    assert scripts == [' type="application/json" class="ax-data"', "", ""]
-    assert text.index(_asset("live.js")) < text.index(_asset("explore.js"))      # live.js first, then the view
+    assert scripts == [' type="application/json" class="ax-data"', ""]      # the data, then one script
+    assert _script(LIVE_MODULES) in text and _script(MODULES) not in text and "window.attnlib" not in text
+    assert LIVE_MODULES.index("model") < LIVE_MODULES.index("live") < LIVE_MODULES.index("start") == \
+        len(LIVE_MODULES) - 1
     m = re.search(r'<p class="ax-fallback">([^<]*)</p>', text)
     assert m and "run this cell or trust the notebook" in m.group(1)
     assert text.index("ax-fallback") < text.index("<script")
@@ -128,10 +130,11 @@ def test_page_text_keeps_the_vocabulary_and_names_the_rest(fig, typed, runs, lef
 
 
 def test_the_script_applies_the_same_rule_and_limit(fig):
-    js = _asset("live.js")
+    js = _script(LIVE_MODULES)
     assert 'ch >= "A" && ch <= "Z" ? ch.toLowerCase() : ch' in js
     assert fig.data["maxChars"] == MAX_CHARS == 64
-    assert "Refused: " in js and "Left out " in js
+    assert LIVE_WORDS["refused"].startswith("Refused: ") and LIVE_WORDS["leftOut"].startswith("Left out ")
+    assert "W.refused" in js and "W.leftOut" in js and fig.data["words"]["refused"] == LIVE_WORDS["refused"]
     for what in ("Float32Array", "Math.fround", "softmaxRow", "seeded"):
         assert what in js, what
 

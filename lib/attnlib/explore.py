@@ -1,9 +1,10 @@
 """Interactive attention figures for the rendered book, JupyterLab and Colab, with no download at all.
 
 ``explore(S, tokens, d_k)`` returns a figure that a notebook displays as one self-contained piece of HTML:
-the raw scores S = Q Kᵀ (rounded to 4 decimals) as JSON in a ``<script type="application/json">``, the
-style, and the code of ``explore.js`` (shipped beside this file), which finds its own container through
-``document.currentScript``. In the browser that code computes
+the raw scores S = Q Kᵀ (rounded to 4 decimals) and the figure's words (:data:`WORDS`) as JSON in a
+``<script type="application/json">``, the style, and one script made of the small modules in ``attnlib/js/``
+(:data:`MODULES`: helpers, layout, painting, the table, focus and keys, the view that joins them, the figure, the
+start), which finds its own container through ``document.currentScript``. In the browser that code computes
 
     P = softmax(S / (√d_k · τ) + M)        (√d_k and M only where switched on, τ the temperature)
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import copy
 import html
 import json
+import re
 from functools import cache
 from importlib import resources
 
@@ -59,24 +61,60 @@ from .attention import causal_mask, scale, scores, softmax
 from .heads import repeat_kv
 from .text import labels
 
-__all__ = ["AttentionExplorer", "explore", "model_scores", "CONTROLS", "MAX_T", "MAX_NUMBERS"]
+__all__ = ["AttentionExplorer", "explore", "model_scores", "CONTROLS", "MAX_T", "MAX_NUMBERS", "WORDS"]
 
 CONTROLS = ("scale", "mask", "temperature")   # switches a figure may offer; layer and head menus come by themselves
 MAX_T = 64                                    # tokens per axis
 MAX_NUMBERS = 20_000                          # stored scores per figure (L·h·T·T), to keep pages light
 TEMPERATURE_RANGE = (0.1, 4.0, 0.1)           # the slider: smallest τ, largest τ, step
 
+# Every word the figures show, in one place: the page's markup takes them from here, and the script receives
+# them with the figure's data (data.words), filling in the {names}. live.py adds its own (LIVE_WORDS).
+WORDS = {
+    "figure": "interactive attention figure", "liveFigure": "live model",
+    "label": "attention weights{which} over {T} tokens",
+    "ofLayer": " of {layerLabel} {layer} head {head}", "ofHead": " of head {head}", "head": "head",
+    "scaled": "divided by \u221ad_k", "unscaled": "not divided by \u221ad_k",
+    "maskOn": "causal mask on", "maskOff": "causal mask off", "temperature": "temperature \u03c4 = {tau}",
+    "rows": ". Rows: queries i; columns: keys j; 3 decimals", "masked": "; \u2014: a future key, masked (weight 0).",
+    "corner": "query \\ key", "query": "query {name}", "key": "key {name}",
+    "reads": "query {q} reads {n} keys; largest weight {w} on key {k}",
+    "maskedCell": "query {q} \u2192 key {k}: masked (a future key), weight 0",
+    "cell": "query {q} \u2192 key {k}: weight {w}",
+    "tokens": "query tokens; lines from query {q} to the keys it reads, as strong as the weight",
+    "scaleSwitch": "divide by \u221ad_k (d_k = {d_k})", "maskSwitch": "causal mask M",
+    "tauSlider": "temperature \u03c4 ",
+}
+# Words only the page's markup shows (the script never needs them, so they stay out of its data).
+PAGE_WORDS = {
+    "summary": "The weights as a table",
+    "fallback": "Interactive attention figure ({sizes}T = {T} tokens): run this cell or trust the notebook to "
+                "explore it.",
+    "hover": "Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list beside "
+             "the heatmap) to draw the keys it reads. From the keyboard: Tab to the heatmap, move with the arrow "
+             "keys (Home/End: the row's ends), Enter picks the row's query.",
+    "touch": "Rows: queries i; columns: keys j. Tap a cell to read its weight, or a query token (the list under the "
+             "heatmap) to draw the keys it reads. Every weight is in the table below.",
+}
+# The script's modules, in the order they are inlined: each adds its part to one registry (kit) local to the
+# script; start runs last. MODULES for a figure of stored scores, live.py's LIVE_MODULES for the live model.
+VIEW_MODULES = ("core", "layout", "paint", "table", "keys", "view")
+MODULES = VIEW_MODULES + ("stored", "start")
+
 
 @cache
 def _asset(name: str) -> str:
-    """A file shipped with the package (explore.js, explore.css), read once, as it is inlined into a page.
+    """A file shipped with the package (js/*.js, explore.css), read once, as it is inlined into a page.
 
-    Indentation, blank lines and whole-line ``//`` comments are left out (a third of the bytes); the file's
-    opening comment stays, so that the page says what the code is.
+    Indentation, blank lines, whole-line ``//`` comments, one-line JSDoc types (``/** @type {…} */``, for the
+    type check) and a ``//`` comment after a line's code (where the code ends in ``;``, ``{``, ``}``, ``,`` or
+    ``)``) are left out (a third of the bytes); the first file's opening comment stays, so that the page says what
+    the code is.
     """
     text = resources.files("attnlib").joinpath(name).read_text(encoding="utf-8")
-    lines = (line.strip() for line in text.splitlines())
-    return "\n".join(line for line in lines if line and not line.startswith("//"))
+    lines = (re.sub(r"([;{},)])\s+//.*$", r"\1", line.strip()) for line in text.splitlines())
+    return "\n".join(line for line in lines
+                     if line and not line.startswith("//") and not (line.startswith("/**") and line.endswith("*/")))
 
 
 def _scores_table(S) -> torch.Tensor:
@@ -104,6 +142,13 @@ def _scores_table(S) -> torch.Tensor:
     while S.dim() < 4:
         S = S[None]
     return S
+
+
+@cache
+def _script(modules: tuple[str, ...]) -> str:
+    """One inline script from the modules in ``attnlib/js/``, in this order, sharing one local registry (kit)."""
+    body = "\n".join(_asset(f"js/{m}.js") for m in modules)
+    return f'(function (script) {{\n"use strict";\nvar kit = {{}};\n{body}\n}})(document.currentScript);'
 
 
 def _round(S: torch.Tensor) -> list:
@@ -144,7 +189,7 @@ class _Figure:
 
 def _table_box(label: str, table: str) -> str:
     """The text alternative's box: the summary the reader opens, and a scroll region named ``label``."""
-    return ('<details class="ax-table"><summary>The weights as a table</summary>'
+    return (f'<details class="ax-table"><summary>{PAGE_WORDS["summary"]}</summary>'
             f'<div class="ax-table-scroll" role="region" tabindex="0" aria-label="{html.escape(label)}">'
             f"{table}</div></details>")
 
@@ -182,8 +227,7 @@ class AttentionExplorer(_Figure):
         """The whole figure: fallback sentence, style, readout, help, weights table, data and code; no id, no URL."""
         d = self._data
         sizes = f"{d['L']} blocks × {d['h']} heads, " if d["L"] > 1 else (f"{d['h']} heads, " if d["h"] > 1 else "")
-        fallback = (f"Interactive attention figure ({sizes}T = {d['T']} tokens): run this cell or trust the "
-                    f"notebook to explore it.")
+        fallback = PAGE_WORDS["fallback"].format(sizes=sizes, T=d["T"])
         return (
             '<div class="attnlib-explore">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'
@@ -192,7 +236,7 @@ class AttentionExplorer(_Figure):
             f"{_help_html()}"
             f"{self._table_html()}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
-            f"<script>{_asset('explore.js')}</script>"
+            f"<script>{_script(MODULES)}</script>"
             "</div>"
         )
 
@@ -219,8 +263,9 @@ class AttentionExplorer(_Figure):
             f'<tr><th scope="row">{html.escape(names[i])}</th>' + "".join(f"<td>{v}</td>" for v in row) + "</tr>"
             for i, row in enumerate(cells))
         caption = _caption(self.label, d["controls"], st)
+        corner = html.escape(WORDS["corner"])
         return _table_box(self.label, f"<table><caption>{html.escape(caption)}</caption>"
-                                      f'<thead><tr><th scope="col">query \\ key</th>{head}</tr></thead>'
+                                      f'<thead><tr><th scope="col">{corner}</th>{head}</tr></thead>'
                                       f"<tbody>{body}</tbody></table>")
 
     def __repr__(self) -> str:
@@ -233,35 +278,29 @@ class AttentionExplorer(_Figure):
 
 def _help_html() -> str:
     """Help for both kinds of device; the stylesheet shows the one that fits (``@media (hover: …)``)."""
-    hover = ("Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list "
-             "beside the heatmap) to draw the keys it reads. "
-             "From the keyboard: Tab to the heatmap, move with the arrow keys (Home/End: the row's ends), "
-             "Enter picks the row's query.")
-    touch = ("Rows: queries i; columns: keys j. Tap a cell to read its weight, or a query token (the list "
-             "under the heatmap) to draw the keys it reads. Every weight is in the table below.")
     return ('<p class="ax-help">'
-            f'<span class="ax-help-hover">{html.escape(hover)}</span>'
-            f'<span class="ax-help-touch">{html.escape(touch)}</span>'
+            f'<span class="ax-help-hover">{html.escape(PAGE_WORDS["hover"])}</span>'
+            f'<span class="ax-help-touch">{html.escape(PAGE_WORDS["touch"])}</span>'
             "</p>")
 
 
 def _label(L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:
-    """The heatmap's label (explore.js writes the same words when the block or head changes)."""
-    which = f" of {layer_label} {layer} head {head}" if L > 1 else (f" of head {head}" if h > 1 else "")
-    return f"attention weights{which} over {T} tokens"
+    """The heatmap's label, from WORDS (the script fills in the same words when the block or head changes)."""
+    which = (WORDS["ofLayer"].format(layerLabel=layer_label, layer=layer, head=head) if L > 1 else
+             (WORDS["ofHead"].format(head=head) if h > 1 else ""))
+    return WORDS["label"].format(which=which, T=T)
 
 
 def _caption(label: str, controls: dict, st: dict) -> str:
-    """The table's caption: what it shows, with the switches' settings (explore.js writes the same words)."""
+    """The table's caption: what it shows, with the switches' settings (the script writes it from the same WORDS)."""
     parts = [label]
     if controls["scale"]:
-        parts.append("divided by \u221ad_k" if st["scaled"] else "not divided by \u221ad_k")
+        parts.append(WORDS["scaled"] if st["scaled"] else WORDS["unscaled"])
     if controls["mask"]:
-        parts.append("causal mask on" if st["causal"] else "causal mask off")
+        parts.append(WORDS["maskOn"] if st["causal"] else WORDS["maskOff"])
     if controls["temperature"]:
-        parts.append(f"temperature \u03c4 = {st['temperature']:.2f}")
-    text = ", ".join(parts) + ". Rows: queries i; columns: keys j; 3 decimals"
-    return text + ("; \u2014: a future key, masked (weight 0)." if st["causal"] else ".")
+        parts.append(WORDS["temperature"].format(tau=f"{st['temperature']:.2f}"))
+    return ", ".join(parts) + WORDS["rows"] + (WORDS["masked"] if st["causal"] else ".")
 
 
 @boundary("_explore_args")
@@ -286,7 +325,7 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
         "controls": {c: c in controls for c in CONTROLS},
         "state": {"layer": layer, "head": head, "scaled": scaled, "causal": causal,
                   "temperature": round(temperature, 4), "query": query},
-        "tempRange": list(TEMPERATURE_RANGE),
+        "tempRange": list(TEMPERATURE_RANGE), "words": WORDS,
     }
     return AttentionExplorer(data)
 

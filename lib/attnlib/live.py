@@ -1,11 +1,12 @@
 """Chapter 8's trained model, live in the page: the reader types a text and the page runs the model on it.
 
 ``live(model, tokenizer, text)`` returns a figure that a notebook displays as one self-contained piece of HTML,
-as :func:`attnlib.explore.explore` does, with the same style and the same script, ``explore.js`` (the heatmap, the
-token list, the readout, the table and the keyboard), after ``live.js`` (the model). The JSON in it holds the
-model's sizes and its weights, every parameter rounded to float16 (2 bytes each, in base64). In the browser
-``live.js`` runs the model's forward pass in plain JavaScript, with every value kept in float32, and shows on
-every keystroke:
+as :func:`attnlib.explore.explore` does, with the same style and the same modules of its script (``attnlib/js/``:
+the heatmap, the token list, the readout, the table and the keyboard), and two of its own: ``model.js`` (the model)
+and ``live.js`` (the figure), in the order :data:`LIVE_MODULES` names. The JSON in it holds the model's sizes, its
+weights, every parameter rounded to float16 (2 bytes each, in base64), and the figure's words (explore's
+``WORDS`` and :data:`LIVE_WORDS`). In the browser ``model.js`` runs the model's forward pass in plain JavaScript,
+with every value kept in float32, and ``live.js`` shows on every keystroke:
 
 - the ten most likely next characters, with their probabilities;
 - the attention weights of every block and head on the typed text, all of them at once as small pictures, and
@@ -33,21 +34,43 @@ import numpy as np
 import torch
 
 from ._validate import boundary
-from .explore import _asset, _Figure, _help_html, _table_box
+from .explore import VIEW_MODULES, WORDS, _asset, _Figure, _help_html, _script, _table_box
 from .text import CharTokenizer, labels
 
-__all__ = ["LiveModel", "live", "half_model", "page_model", "page_text", "MAX_CHARS"]
+__all__ = ["LiveModel", "live", "half_model", "page_model", "page_text", "MAX_CHARS", "LIVE_WORDS"]
 
 MAX_CHARS = 64                         # a text's characters at most: 64 × 64 cells still read on a phone
 TAU_RANGE = (0.0, 2.0, 0.05)           # the continuation's temperature slider: τ = 0 takes the argmax
 ROPE_BASE = 10000.0                    # attnlib.position's base
+LIVE_MODULES = VIEW_MODULES + ("model", "live", "start")   # the script's modules, in order (see explore.MODULES)
+
+# The live figure's own words (with explore's WORDS, they reach the script in the figure's data).
+LIVE_WORDS = {
+    "box": "Your text ({max} characters at most)", "characters": "characters", "seed": "seed", "go": "Continue",
+    "argmax": "\u03c4 = 0: each new character is the most likely one (argmax).",
+    "drawn": "\u03c4 = {tau}: each new character is drawn from softmax(logits / \u03c4) with the seed's generator; "
+             "the same text, \u03c4 and seed give the same characters.",
+    "overview": "every head at once: pick one for the heatmap", "block": "block",
+    "liveCaption": "{label} on the text above. Rows: queries i; columns: keys j; 3 decimals; \u2014: a future key, "
+                   "masked (weight 0).",
+    "empty": "Type a character to see what the model predicts.",
+    "next": "The next character after \u201c{text}\u201d, the model's ten most likely:",
+    "choice": "\u201c{ch}\u201d: {p}", "space": "space", "newline": "new line", "quoted": "\u201c{ch}\u201d",
+    "tab": "tab",
+    "leftOut": "Left out {chars}: the model knows only its {n} characters (a\u2013z, space, new line, digits "
+               "1 6 7 8 and . , ; : ! ? ' \" ( ) -).",
+    "refused": "Refused: {max} characters at most, so that the heatmap stays readable.",
+    "first": "Type a character first: the model continues a text.",
+    "addedOne": "Added {n} character", "added": "Added {n} characters",
+    "stopped": " (stopped at {max}, the most the box holds).",
+}
 
 
 def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
     """What the page does with a typed text: (the text it runs, the characters it left out, each once, in order).
 
     A–Z become a–z where the vocabulary lacks them; any other character outside the vocabulary is left out.
-    (live.js applies the same rule to every keystroke.)
+    (js/live.js applies the same rule to every keystroke.)
     """
     known, kept, left = set(vocab), [], []
     for ch in text:
@@ -112,6 +135,7 @@ class LiveModel(_Figure):
             "text": text, "maxChars": MAX_CHARS,
             "state": {"layer": 0, "head": 0, "query": None},
             "gen": {"n": 20, "temperature": 0.0, "seed": 0}, "tempRange": list(TAU_RANGE),
+            "words": {**WORDS, **LIVE_WORDS},
         })
 
     @property
@@ -141,8 +165,7 @@ class LiveModel(_Figure):
             f"{_help_html()}"
             f"{_table_box('attention weights', '<table><caption></caption></table>')}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
-            f"<script>{_asset('live.js')}</script>"
-            f"<script>{_asset('explore.js')}</script>"
+            f"<script>{_script(LIVE_MODULES)}</script>"
             "</div>"
         )
 
