@@ -87,14 +87,21 @@ def test_learner_edition_is_not_stale(fresh):
     assert not stale, f"learner/ is stale, run `make learner`: {stale}"
 
 
+def test_the_edition_asks_coding_assistants_to_help_at_the_hint_level(fresh):
+    """AGENTS.md, the file coding assistants read, is part of the edition and current in learner/."""
+    text = (fresh / "AGENTS.md").read_text(encoding="utf-8")
+    assert (LEARNER / "AGENTS.md").read_text(encoding="utf-8") == text, "learner/AGENTS.md is stale: `make learner`"
+    assert "Do not write" in text and "verdict.hint(2)" in text and "verdict.hint(3)" in text
+
+
 def test_check_mode_names_stale_and_extra_files(fresh, tmp_path, capsys):
-    for p in fresh.glob("*.ipynb"):
+    for p in fresh.iterdir():
         (tmp_path / p.name).write_bytes(p.read_bytes())
     assert editions.main(["--check", "--out", str(tmp_path)]) == 0
     victim = sorted(tmp_path.glob("*.ipynb"))[0]
     victim.write_bytes(victim.read_bytes().replace(b'"cells"', b'"cells" ', 1))
     (tmp_path / "gone.ipynb").write_text("{}")
-    files = {p.name: p.read_text(encoding="utf-8") for p in fresh.glob("*.ipynb")}
+    files = {p.name: p.read_text(encoding="utf-8") for p in fresh.iterdir()}
     assert editions.stale(tmp_path, files) == sorted([victim.name, "gone.ipynb"])
     assert editions.main(["--check", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
