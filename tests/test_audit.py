@@ -396,7 +396,7 @@ def test_audit_leaves_the_module_as_it_was():
     (lambda: audit(lambda X: X[..., :4], kind="layer", d_model=8), ValueError, "expected (1, 3, 8)"),
     (lambda: audit(ours(), kind="layer", d_model=32), RuntimeError, "calling the layer on X of B=1, T=3, d_model=32"),
     (lambda: audit(lambda X: X.view(1, *X.shape[1:]), kind="layer", d_model=8), RuntimeError,
-     "calling the layer on X of B=2"),
+     "calling the layer on X of B=3"),
 ])
 def test_bad_arguments_get_clear_errors(call, error, fragment):
     with pytest.raises(error) as e:
@@ -423,3 +423,157 @@ def test_the_exercise_checker():
     assert str(check_audit_prediction(no_scale, {"scale"})).startswith("✓ correct")
     from attnlib import checks
     assert checks.check_audit_prediction is check_audit_prediction
+
+
+# ---------------------------------------------------------------------------------------------- classes a held-out set found
+# Batch-mixing in either direction, a leak at one length only, padding that empties a row, and correct attention
+# whose values are its keys (no projections at all), which must not be blamed.
+
+class PackedBatch(nn.Module):
+    """The bug: the batch packed into one causal stream of B·T tokens with no mask between sequences, so each
+    sequence reads the ones before it (and never the ones after)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = ours()
+
+    def forward(self, x):
+        B, T, C = x.shape
+        return self.inner(x.reshape(1, B * T, C)).reshape(B, T, C)
+
+
+class MHAWithoutBatchFirst(TorchMHA):
+    """The bug: nn.MultiheadAttention left at batch_first=False and given (B, T, d_model): it attends over the
+    batch axis, causally, with the mask sized for the axis it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, H)
+
+    def forward(self, x):
+        L = x.shape[0]
+        return self.mha(x, x, x, attn_mask=torch.full((L, L), float("-inf")).triu(1), need_weights=False)[0]
+
+
+class OffsetForMaxT(Layer):
+    """The bug: the mask's diagonal offset worked out from a stored length, tril(max_T − T): right at T = max_T
+    only; shorter inputs read the future."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        may_read = torch.ones(T, T, dtype=torch.bool).tril(8 - T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=may_read)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class ZeroRowsArePadding(Layer):
+    """The bug: positions whose input is all zeros are treated as padding and blocked as keys with −inf, so a
+    sequence that starts with them leaves its first query nothing to read."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        blocked = torch.ones(T, T, dtype=torch.bool).triu(1) | (x.abs().amax(-1) == 0)[:, None, None, :]
+        s = (q @ k.mT / math.sqrt(C // H)).masked_fill(blocked, float("-inf"))
+        return self.out((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class PadIdModel(nn.Module):
+    """The bug: a model that blocks every key whose id is the pad id (the last id, as GPT-2's end-of-text is used),
+    with −inf before softmax; a left-padded sequence's first queries have nothing to read. (SDPA itself gives
+    zeros for such a row, not NaN.)"""
+
+    def __init__(self, vocab_size=40):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pad = vocab_size - 1
+        self.emb, self.attn, self.head = nn.Embedding(vocab_size, D), nn.Linear(D, 3 * D), nn.Linear(D, vocab_size)
+
+    def forward(self, ids):
+        B, T = ids.shape
+        x = self.emb(ids)
+        q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in self.attn(x).split(D, dim=-1))
+        may_read = torch.ones(T, T, dtype=torch.bool).tril() & (ids != self.pad)[:, None, None, :]
+        s = (q @ k.mT / math.sqrt(D // H)).masked_fill(~may_read, float("-inf"))
+        y = s.softmax(-1) @ v
+        return self.head(x + y.transpose(1, 2).reshape(B, T, D))
+
+
+class ValuesAreKeys(nn.Module):
+    """Correct: attention with no projections at all, the input is its own queries, keys and values."""
+
+    def __init__(self, sdpa=False):
+        super().__init__()
+        self.sdpa = sdpa
+
+    def forward(self, x):
+        if self.sdpa:
+            z = x[:, None]
+            return F.scaled_dot_product_attention(z, z, z, is_causal=True)[:, 0]
+        T = x.shape[1]
+        s = torch.einsum("btc,bsc->bts", x, x) / math.sqrt(x.shape[-1])
+        return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1) @ x
+
+
+class SeparateKeysTimesK(nn.Module):
+    """The bug, with separate projections: SDPA is given the keys as its values; the value projection is computed
+    and never used."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (self.q(x), self.k(x), self.v(x)))
+        return F.scaled_dot_product_attention(q, k, k, is_causal=True).transpose(1, 2).reshape(B, T, C)
+
+
+@pytest.mark.parametrize("make, kind, sizes, label", [
+    (lambda: (lambda Q, K, V: sdpa_core(Q, K, torch.cummax(V, 0).values)), "core", {}, "batch-mixing"),
+    (PackedBatch, "layer", dict(d_model=D), "batch-mixing"),
+    (MHAWithoutBatchFirst, "layer", dict(d_model=D), "batch-mixing"),
+    (OffsetForMaxT, "layer", dict(d_model=D, max_T=8), "leak"),
+    (ZeroRowsArePadding, "layer", dict(d_model=D), "nan-empty-row"),
+    (PadIdModel, "model", dict(vocab_size=40), "nan-empty-row"),
+    (lambda: (lambda Q, K, V: torch.where(
+        (K.abs().amax(-1) == 0)[..., None, :] | torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool).triu(
+            1 + K.shape[-2] - Q.shape[-2]), float("-inf"), Q @ K.mT / math.sqrt(Q.shape[-1])).softmax(-1) @ V),
+     "core", {}, "nan-empty-row"),
+    (SeparateKeysTimesK, "layer", dict(d_model=D), "weights-times-K"),
+], ids=["core-cummax-over-batch", "packed-batch", "mha-without-batch-first", "offset-for-max_T",
+        "zero-rows-are-padding", "pad-id-model", "core-zero-keys-are-padding", "separate-projections-times-K"])
+def test_held_out_classes_are_named(make, kind, sizes, label):
+    report = audit(make(), kind=kind, **sizes)
+    assert label in report.labels, report
+
+
+def test_a_batch_mixing_message_says_which_sequence_reads_which():
+    report = audit(PackedBatch(), kind="layer", d_model=D)
+    (mix,) = [f for f in report.findings if f.label == "batch-mixing"]
+    assert "changing sequence 0 changes the output of sequences 1, 2" in mix.message
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_attention_whose_values_are_its_keys_is_clean(sdpa):
+    assert audit(ValuesAreKeys(sdpa), kind="layer", d_model=D).ok
+
+
+class PadIdModelSDPA(PadIdModel):
+    """Correct: the same pad-id mask given to SDPA, which returns zeros, not NaN, for a query with no key. Keys
+    blocked as padding are not a misplaced diagonal."""
+
+    def forward(self, ids):
+        B, T = ids.shape
+        x = self.emb(ids)
+        q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in self.attn(x).split(D, dim=-1))
+        may_read = torch.ones(T, T, dtype=torch.bool).tril() & (ids != self.pad)[:, None, None, :]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=may_read)
+        return self.head(x + y.transpose(1, 2).reshape(B, T, D))
+
+
+def test_a_model_that_masks_padding_correctly_is_clean():
+    model = PadIdModelSDPA(vocab_size=4)   # so small that the random ids hold the pad id
+    assert audit(model, kind="model", vocab_size=4).ok

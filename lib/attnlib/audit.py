@@ -5,8 +5,12 @@ is the query, (3) where does the mask enter, (4) what do the weights multiply. T
 *looking*: while the code runs, a ``TorchFunctionMode`` records the torch calls it makes (softmax and its axis,
 the matrix products and their operands, ``masked_fill`` and ``where``, the float → bool conversions, and the
 arguments of ``scaled_dot_product_attention``). Where looking cannot tell, it probes properties: change a future
-token, change another sequence of the batch, run a float16 and a bfloat16 copy, give it large scores, and, for a
-core, ask for a cached step (fewer queries than keys).
+token (at several lengths: a mask can be right at one length only), change each sequence of a batch in turn and
+watch every other one (earlier and later), feed a batch that begins as padding does (NaN there, where the code's
+own mask empties a row, is nan-empty-row), run a float16 and a bfloat16 copy, give it large scores, and, for a
+core, ask for a cached step (fewer queries than keys). Weights that multiply the tensor the scores used as keys are
+weights-times-K in a core (its V is given) and, in a layer or model, only when the code also made a value tensor of
+that size that it never used: attention with no projections, whose values are its keys, is correct.
 
 Kinds:
 - ``"core"``: ``obj(Q, K, V) -> O``, Q (B, h, T_q, d_k), K (B, h, T_k, d_k), V (B, h, T_k, d_v); with T_q < T_k
@@ -162,10 +166,19 @@ class _Recorder(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.calls: list[_Call] = []
+        self.made: list[torch.Tensor] = []   # every tensor a call returned, in order
+        self.read: set[int] = set()          # the ids of every tensor a call was given
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        for a in list(args) + list(kwargs.values()):
+            for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(t, torch.Tensor):
+                    self.read.add(id(t))
         out = func(*args, **kwargs)
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.made.append(t)
         if func in self.WATCH:
             self.calls.append(_Call(func, args, kwargs, out))
         return out
@@ -185,8 +198,21 @@ def _tensor_args(call: _Call) -> list[torch.Tensor]:
 class _Trace:
     """The calls of one run, with the walks the analysis needs (back through reshapes and scalar factors)."""
 
-    def __init__(self, calls: list[_Call]):
+    def __init__(self, calls: list[_Call], made=(), read=frozenset(), result=None):
         self.calls = calls
+        self.made, self.read = list(made), set(read)
+        self.result = {id(t) for t in (result if isinstance(result, (list, tuple)) else (result,))
+                       if isinstance(t, torch.Tensor)}
+
+    def unread_like(self, t: torch.Tensor) -> bool:
+        """Whether the code made a tensor of t's size that no later call read and that is not its result: a value
+        tensor computed and left unused (what tells weights-times-K from attention whose values are its keys)."""
+        for m in self.made:
+            if (m is not t and m.numel() == t.numel() and m.dim() >= 2 and m.is_floating_point()
+                    and id(m) not in self.read and id(m) not in self.result
+                    and not (m.shape == t.shape and torch.equal(m.detach(), t.detach()))):
+                return True
+        return False
 
     def producer(self, t, before: int) -> int | None:
         for i in range(before - 1, -1, -1):
@@ -244,7 +270,7 @@ def _traced(fn, *args):
     rec = _Recorder()
     with rec:
         out = fn(*args)
-    return out, _Trace(rec.calls)
+    return out, _Trace(rec.calls, rec.made, rec.read, out)
 
 
 # ------------------------------------------------------------------------------------------------ reading a trace
@@ -270,6 +296,8 @@ def _pattern(allowed: torch.Tensor, where: str) -> list[Finding]:
     want = _expected(T_q, T_k)
     if bool((flat == want).all()):
         return []
+    if all(torch.equal(t, want & t[-1]) for t in flat):
+        return []   # causal, with whole keys blocked (padding): what such a query then reads is the padding probe's
     shown = f"{where}: query rows read keys {_rows(a)} (1 = may read), where causal attention reads {_rows(want)}"
     i = torch.arange(T_q)[:, None] + (T_k - T_q)
     j = torch.arange(T_k)[None, :]
@@ -357,7 +385,8 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
             found += pattern
             facts["empty"] |= bool((~allowed).all(-1).any())
             score_K.append(k)
-            if v is k or (v.shape == k.shape and torch.equal(v, k)):
+            if (v is k or (v.shape == k.shape and torch.equal(v, k))) and (
+                    V_in is not None or trace.unread_like(v)):
                 found.append(_finding("weights-times-K", f"{where}: scaled_dot_product_attention is given the "
                                       "keys K as its values, so the weights multiply K, not V."))
             continue
@@ -427,9 +456,12 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
                     def same(x, y):
                         return x.shape == y.shape and torch.equal(x.detach(), y.detach())
                     if any(same(b, k) or same(partner, k) for k in keys) and not any(
-                            same(b, v) or same(partner, v) for v in values):
+                            same(b, v) or same(partner, v) for v in values) and (
+                            V_in is not None or trace.unread_like(b)):
                         found.append(_finding("weights-times-K", f"{where}: the weights P multiply the keys K, "
-                                              "not the values V."))
+                                              "not the values V" + ("." if V_in is not None else
+                                              ", and a value tensor of the same size is computed and never "
+                                              "used.")))
                     break
     return _unique(found), facts
 
@@ -587,7 +619,9 @@ def _leak_at(s: _Subject, T: int) -> list[int]:
 
 
 def _probe_leak(s: _Subject) -> Finding | None:
-    if not _leak_at(s, s.max_T):   # the longest input first; the search for the smallest only when it leaks
+    # a few lengths first (a buffer sliced wrongly can be right at one length only); the search for the smallest
+    # input only when one of them leaks
+    if not any(_leak_at(s, T) for T in sorted({2, min(3, s.max_T), s.max_T})):
         return None
     for T in range(2, s.max_T + 1):
         changed = _leak_at(s, T)
@@ -616,14 +650,55 @@ def _probe_head_split(s: _Subject) -> Finding | None:
 
 
 def _probe_batch(s: _Subject) -> Finding | None:
-    T = min(3, s.max_T)
-    args = s.inputs(2, T)
+    """Change each sequence of a batch of three in turn and watch every other one, earlier and later."""
+    T, B = min(3, s.max_T), 3
+    args = s.inputs(B, T)
     base = s.call(*args)
-    moved = s.call(*s.change_sequence(args, 1))
-    if _differs(base[0], moved[0]):
-        return _finding("batch-mixing", f"with {s.describe(2, T)}, changing sequence 1 changes the output of "
-                        "sequence 0: the sequences of a batch must not read each other.")
+    for b in range(B):
+        moved = s.call(*s.change_sequence(args, b))
+        hit = [o for o in range(B) if o != b and _differs(base[o], moved[o])]
+        if hit:
+            which = ", ".join(map(str, hit))
+            return _finding("batch-mixing", f"with {s.describe(B, T)}, changing sequence {b} changes the output "
+                            f"of sequence{'s' * (len(hit) > 1)} {which}: the sequences of a batch must not read "
+                            "each other.")
     return None
+
+
+def _padded(s: _Subject, B: int, T: int):
+    """A batch that begins as padding does: a model's sequences start with a repeated pad id (0, the last id, 1),
+    a layer's first positions are zero vectors, a core's first key of sequence 0 is all zeros."""
+    args = s.inputs(B, T)
+    if s.kind == "model":
+        ids = args[0].clone()
+        pads = [0, s.sizes["vocab_size"] - 1, 1][:B]
+        for b, pad in enumerate(pads):
+            ids[b, :2] = pad
+        return (ids,), (f"ids of B={B}, T={T} whose sequences begin with a repeated pad id "
+                        f"({', '.join(map(str, pads))})")
+    if s.kind == "layer":
+        X = args[0].clone()
+        X[0, :2] = 0
+        return (X,), f"X of B={B}, T={T}, d_model={s.sizes['d_model']} whose sequence 0 begins with two zero vectors"
+    Q, K, V = (a.clone() for a in args)
+    K[0, :, 0] = 0
+    return (Q, K, V), f"Q, K, V of B={B}, h={s.sizes['h']}, T={T} whose key 0 of sequence 0 is all zeros"
+
+
+def _probe_padding(s: _Subject) -> Finding | None:
+    """A padded batch: NaN where the code's own mask leaves a query no key is nan-empty-row."""
+    args, shown = _padded(s, 3 if s.kind == "model" else 2, min(4, s.max_T))
+    try:
+        out, trace = s.trace(*args)
+    except Exception:  # noqa: BLE001 - the ordinary input ran; a failure on zeros is not one of the labels
+        return None
+    if _finite(out):
+        return None
+    _, facts = _read(trace, "", None)
+    if facts["empty"]:
+        return _finding("nan-empty-row", f"with {shown}, the output holds NaN: the code's own mask leaves a "
+                        "query with no key to read (a padded batch), and softmax of a row of −inf is NaN.")
+    return _finding("nan", f"with {shown}, the output holds NaN or inf.")
 
 
 def _probe_cached(s: _Subject) -> Finding | None:
@@ -828,9 +903,14 @@ def _run(s: _Subject, report: Report) -> None:
         if split:
             found.append(split)
     batch = _probe_batch(s)
-    report.looked_at.append("another sequence")
+    report.looked_at.append("each other sequence")
     if batch:
         found.append(batch)
+    if _finite(out):
+        pad = _probe_padding(s)
+        report.looked_at.append("a padded batch")
+        if pad:
+            found.append(pad)
     if s.kind == "core":
         cached = _probe_cached(s)
         report.looked_at.append("a cached step")
