@@ -20,7 +20,7 @@ import urllib.parse
 import pytest
 import yaml
 
-from conftest import ROOT
+from helpers import ROOT
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"

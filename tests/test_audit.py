@@ -425,7 +425,7 @@ def test_the_exercise_checker():
     assert checks.check_audit_prediction is check_audit_prediction
 
 
-# ---------------------------------------------------------------------------------------------- classes a held-out set found
+# ---------------------------------------------------------------------------- classes a held-out set found
 # Batch-mixing in either direction, a leak at one length only, padding that empties a row, and correct attention
 # whose values are its keys (no projections at all), which must not be blamed.
 

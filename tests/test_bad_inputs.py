@@ -221,7 +221,7 @@ def test_every_public_entry_point_has_a_bad_input_case():
     used: set[str] = set()
     here = pathlib.Path(__file__)
     # the further chapters' modules, and chapter 8's shipped models, keep their bad-input cases beside their tests
-    beside = ("fuzz", "explore", "tiled", "batches", "stack_weights")
+    beside = ("fuzz", "explore", "tiled", "batches", "stack_weights", "audit")
     for path in [here] + [here.with_name(f"test_{name}.py") for name in beside]:
         used |= {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
         used |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}

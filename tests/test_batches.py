@@ -17,7 +17,7 @@ from attnlib.attention import combine_masks, padding_mask, sliding_window_mask
 from attnlib.batches import pad_prompts, position_ids
 from attnlib.gpt2 import from_gpt2
 from attnlib.position import LearnedPositions
-from conftest import rejects
+from helpers import rejects
 
 settings.register_profile("batches", max_examples=25, deadline=None, derandomize=True)
 settings.load_profile("batches")

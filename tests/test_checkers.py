@@ -20,7 +20,7 @@ from torch import nn
 from attnlib import checks
 from attnlib.checks import _core
 from attnlib.checks._core import Group, Guess, Mistake, Verdict, checker, judge, judge_number, named, progress, variants
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 CHECKERS = [getattr(checks, name) for name in checks.__all__ if name.startswith("check_")]
 

@@ -14,7 +14,7 @@ from attnlib.checks.batches import (
     check_sink_window_mask,
     check_step_positions,
 )
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 # ---------------------------------------------------------------------------------------------- positions
 

@@ -23,7 +23,7 @@ from attnlib.checks import (
     check_fixed_sublayer,
     sublayer_with_bugs,
 )
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 # --- the attention sublayer: one bug per reading question -----------------------------------------------------------
 

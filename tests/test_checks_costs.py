@@ -10,7 +10,7 @@ import torch
 
 from attnlib import GPT, KVCache
 from attnlib.checks import GPT2_SERVING, check_cache_outgrows_weights, check_chunk_flops
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 # --- predict: the batch's cache against the weights -----------------------------------------------------------------
 

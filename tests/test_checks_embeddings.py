@@ -20,7 +20,7 @@ from attnlib.checks import (
 )
 from attnlib.checks import embeddings as M
 from attnlib.checks._core import _GENERAL, _close
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
+from helpers import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
 
 CHECKERS = [check_lookup_grad, check_sinusoidal, check_rotate_halves, check_embed_with_positions]
 

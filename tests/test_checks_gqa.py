@@ -12,7 +12,7 @@ from attnlib import MultiHeadAttention
 from attnlib.checks import gqa as G
 from attnlib.checks._core import MORE, _close
 from attnlib.checks.gqa import CACHE_QUESTION, check_gqa_attention, check_gqa_cache_bytes, check_mean_pooled_kv
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 INF = math.inf
 

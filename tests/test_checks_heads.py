@@ -22,7 +22,7 @@ from attnlib.checks import (
     heads,
 )
 from attnlib.checks._core import _GENERAL, _LEVEL, MORE, Group, _close
-from conftest import BOOK, assert_accepted, assert_named, stub
+from helpers import BOOK, assert_accepted, assert_named, stub
 
 
 def future(T):

@@ -10,19 +10,18 @@ import torch
 
 from attnlib import causal_mask
 from attnlib.checks import check_chunk_weights, check_packed_mask, check_padded_causal_weights, mask
-from attnlib.checks._core import MORE, _close
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, assert_no_hint_quotes, stub
+from attnlib.checks._core import _close
+from helpers import (
+    assert_accepted,
+    assert_each_mistake_named,
+    assert_mistakes_distinct,
+    assert_named,
+    assert_no_hint_quotes,
+    stub,
+)
 
 NEG_INF = float("-inf")
 
-
-def assert_each_mistake_named(check, mistakes) -> None:
-    """The checker names every planted mistake as itself, with its own first hint (and the pointer to the second
-    level where there is one)."""
-    for m in mistakes:
-        verdict = check(m.wrong)
-        assert_named(verdict, m.label)
-        assert verdict.message == m.hint + (MORE if m.more else ""), (m.label, verdict)
 
 
 def lower(T, diagonal=0):

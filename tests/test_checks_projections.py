@@ -15,7 +15,7 @@ from attnlib import FusedProjections, Projections
 from attnlib.checks import check_cross_qkv, check_load_projections, check_qkv_params, check_split_fused
 from attnlib.checks import projections as P
 from attnlib.checks._core import _GENERAL, _close
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
+from helpers import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
 
 CHECKERS = [check_load_projections, check_split_fused, check_cross_qkv, check_qkv_params]
 

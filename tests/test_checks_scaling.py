@@ -10,8 +10,14 @@ import torch
 
 from attnlib.checks import check_head_scores, check_scaled_scores, check_scaled_variance
 from attnlib.checks import scaling as S
-from attnlib.checks._core import MORE
-from conftest import assert_accepted, assert_mistakes_distinct, assert_named, assert_no_hint_quotes, stub
+from helpers import (
+    assert_accepted,
+    assert_each_mistake_named,
+    assert_mistakes_distinct,
+    assert_named,
+    assert_no_hint_quotes,
+    stub,
+)
 
 # ---- Z = S / √d_k from Q and K in the sequence-first layout: (T_q, B, d_k), (T_k, B, d_k) → (B, T_q, T_k) -------
 
@@ -210,14 +216,6 @@ def test_the_bug_hunt_cases_have_d_k_apart_from_d_model_and_t():
 
 
 # ---- every function checker of the chapter -----------------------------------------------------------------------
-
-def assert_each_mistake_named(check, mistakes) -> None:
-    """The checker names every planted mistake as itself, with its own first hint (and the pointer to the second
-    level where there is one)."""
-    for m in mistakes:
-        verdict = check(m.wrong)
-        assert_named(verdict, m.label)
-        assert verdict.message == m.hint + (MORE if m.more else ""), (m.label, verdict)
 
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from attnlib.checks import check_attention_output, check_fixed_head, check_log_softmax, check_softmax_jacobian
 from attnlib.checks import softmax as chapter
 from attnlib.checks._core import AS_GIVEN, MORE, SAME_AS_GIVEN, _close
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 CHECKERS = [
     (check_log_softmax, chapter._LOG_SOFTMAX_MISTAKES, chapter._log_softmax_groups,

@@ -13,7 +13,7 @@ from torch import nn
 
 from attnlib import Block, KVCache, attention, causal_mask, merge_heads
 from attnlib.checks import _core, check_cached_generation, check_deepen, check_logit_lens, check_text_windows, stack
-from conftest import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
+from helpers import assert_accepted, assert_each_mistake_named, assert_mistakes_distinct, assert_named, stub
 
 # --- deepen: copies and identity blocks -----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from attnlib.checks import (
 from attnlib.checks import tiled as M
 from attnlib.checks._core import MORE, _close
 from attnlib.tiled import online_softmax_step
-from conftest import assert_accepted, assert_named, stub
+from helpers import assert_accepted, assert_named, stub
 
 INF = math.inf
 

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import BOOK, ROOT, notebooks
+from helpers import BOOK, ROOT, notebooks
 
 LIB = ROOT / "lib"
 PREFERRED = "01_embeddings.ipynb"

@@ -17,7 +17,7 @@ import pytest
 
 from attnlib import checks
 from attnlib.checks import _core
-from conftest import BOOK, ROOT, hint_leak, notebooks
+from helpers import BOOK, ROOT, hint_leak, notebooks
 
 sys.path.insert(0, str(ROOT / "tools"))
 import editions  # noqa: E402

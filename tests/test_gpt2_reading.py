@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnlib.reading import Place, find_line, line_changed, show_code, source_lines
-from conftest import rejects
+from helpers import rejects
 
 
 def sample(x, n: int = 2):

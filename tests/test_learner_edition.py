@@ -14,7 +14,7 @@ import types
 import nbformat
 import pytest
 
-from conftest import BOOK, ROOT
+from helpers import BOOK, ROOT
 
 sys.path[:0] = [str(ROOT / "tools"), str(BOOK / "_ext")]
 import editions  # noqa: E402

@@ -8,7 +8,7 @@ import sys
 import nbformat
 import pytest
 
-from conftest import BOOK, ROOT, notebooks, repo_url
+from helpers import BOOK, ROOT, notebooks, repo_url
 
 sys.path.insert(0, str(ROOT / "tools"))
 import colab_cell  # noqa: E402  (the template of the set-up cell, a maintainer tool)

@@ -7,7 +7,7 @@ import re
 import nbformat
 import pytest
 
-from conftest import BOOK
+from helpers import BOOK
 
 CHAPTER_BUDGET = 2_800      # chapters 1–8
 PAGE_BUDGET = 3_300         # every other notebook and book/*.md page

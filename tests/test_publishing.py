@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, repo_url
+from helpers import ROOT, repo_url
 
 WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
 

@@ -48,7 +48,7 @@ from book_in_browser import (  # noqa: F401
     wait_for_images,
     wait_for_math,
 )
-from conftest import BOOK, ROOT, config, repo_url
+from helpers import BOOK, ROOT, config, repo_url
 
 
 def test_book_builds_with_zero_warnings(build):
