@@ -6,7 +6,7 @@ so a wrong input fails at once with a message that names what was expected and w
 wrong result. A wrong type or dtype raises TypeError; a wrong size, shape or value raises ValueError.
 
 Sizes may be Python or NumPy integers (they come back as ``int``). Tensors may be views of any layout
-(transposed, sliced, expanded): the functions make them contiguous before computing, so a view gives exactly
+(transposed, sliced, expanded): :func:`boundary` makes them contiguous before computing, so a view gives exactly
 the bits of its copy. Nothing is broadcast quietly: tensors that are combined must share their batch axes.
 NaN and ±inf inside tensors are *not* looked for: that would cost a pass over every input on every call,
 and torch's own kernels do not look either.
@@ -14,6 +14,7 @@ and torch's own kernels do not look either.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "boundary", "require_fits",
+    "boundary", "user_code", "require_fits",
     "require_tensor", "require_shape", "require_same", "require_like", "require_input", "require_batch",
     "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
     "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
@@ -39,21 +40,30 @@ _INSIDE = contextvars.ContextVar("attnlib_inside_boundary", default=False)
 
 
 def boundary(spec):
-    """Decorate a public entry point with its argument spec: ``@boundary("_name_args")`` above the ``def``.
+    """Decorate a public entry point with its argument spec, by reference: ``@boundary(_name_args)`` above the
+    ``def``, the spec defined before it (never a name looked up as a string).
 
-    ``spec`` is a function, or the name of one in the decorated function's module, looked up at the first call
-    (so the specs can follow the computations they guard, at the end of the module). It receives every argument
-    by name (defaults filled in) and raises a clear error for a bad one; it may
-    return a dict of normalised values (``int`` for a NumPy size, a contiguous copy of a view, …) that replace
-    the arguments of those names. The decorated body is then the computation alone. A call made while another
-    boundary is running (the library calling its own public functions, a model's forward calling its blocks)
-    skips the spec: those arguments were checked where they came in, or the library made them. So a value is
-    checked once per call, and a model's forward reads its ``ids`` once, not once per layer.
+    The spec receives every argument by name (defaults filled in) and raises a clear error for a bad one. It may
+    return a dict of normalised values (``int`` for a NumPy size, a filled-in config, …) for names the function
+    takes; any other name is an error, not dropped. After it, every tensor argument is made contiguous, here and
+    nowhere else: a view of any layout (transposed, sliced, expanded) gives exactly the bits of its copy. The
+    decorated body is then the computation alone.
+
+    A call made while another boundary is running (the library calling its own public functions, a model's
+    forward calling its blocks) skips the spec: those arguments were checked where they came in, or the library
+    made them, so a model's forward reads its ``ids`` once, not once per layer. A spec that calls the library
+    with values of its own making must therefore check what a nested call would have checked (``train`` checks
+    its T against the model's max_T). Where the library runs *user* code inside a boundary (a learner's function,
+    a callback), it runs it under :func:`user_code`, so the library functions that code calls check their
+    arguments again.
     """
+    if isinstance(spec, str) or not callable(spec):
+        raise TypeError(f"boundary takes the spec function itself, @boundary(_name_args), got {_show(spec)}")
 
     def wrap(fn):
         signature = inspect.signature(fn)
-        check = (lambda: inspect.unwrap(fn).__globals__[spec]) if isinstance(spec, str) else (lambda: spec)
+        takes = tuple(signature.parameters)
+        _require_spec_takes(spec, fn, takes)
 
         @functools.wraps(fn)
         def checked(*args, **kwargs):
@@ -64,9 +74,16 @@ def boundary(spec):
             except TypeError as e:
                 raise TypeError(f"{fn.__qualname__}(): {e}") from None
             bound.apply_defaults()
-            normalised = check()(**bound.arguments)
+            normalised = spec(**bound.arguments)
             if normalised:
+                unknown = [k for k in normalised if k not in takes]
+                if unknown:
+                    raise TypeError(f"the spec {spec.__qualname__} of {fn.__qualname__} returned {unknown}, which "
+                                    f"{fn.__qualname__} does not take (it takes {list(takes)})")
                 bound.arguments.update(normalised)
+            for k, v in bound.arguments.items():
+                if isinstance(v, torch.Tensor):
+                    bound.arguments[k] = v.contiguous()   # any memory layout gives the bits of a plain copy
             token = _INSIDE.set(True)
             try:
                 return fn(*bound.args, **bound.kwargs)
@@ -74,10 +91,37 @@ def boundary(spec):
                 _INSIDE.reset(token)
 
         checked.__signature__ = signature
+        checked.spec = spec
         return checked
 
     return wrap
 
+
+def _require_spec_takes(spec, fn, takes: tuple) -> None:
+    """A spec takes every argument of its function by name (or ``**args``), and nothing that has no default more."""
+    try:
+        params = inspect.signature(spec).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    missing = [n for n in takes if n not in params]
+    extra = [n for n, p in params.items() if n not in takes and p.default is p.empty
+             and p.kind not in (p.VAR_POSITIONAL,)]
+    if missing or extra:
+        raise TypeError(f"the spec {spec.__qualname__} must take the arguments of {fn.__qualname__}, {list(takes)}: "
+                        f"missing {missing}, extra {extra}")
+
+
+@contextlib.contextmanager
+def user_code():
+    """Run code that is not the library's (a learner's function, a callback) inside a boundary: the library
+    functions it calls check their arguments again, as they would at the top level."""
+    token = _INSIDE.set(False)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
 
 
 def _show(v) -> str:
@@ -600,16 +644,19 @@ def require_attention_mask(mask, shape, *, like: torch.Tensor, causal: bool, nam
                          f"{tuple(mask.shape)}: with {mask.dim()} axes its first axis would be read as the scores' "
                          f"axis {len(shape) - mask.dim()}, not axis 0")
     require_mask(mask, shape, name, like=like)
-    if math.prod(shape):
+    if math.prod(shape) and mask.device.type != "meta":
         T_q, T_k = shape[-2:]
-        readable = mask
-        if causal:   # the causal mask's True entries: key j on or before query i's position i + T_k - T_q
-            readable = mask & torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril(T_k - T_q)
-        if not bool(readable.any()):
+        causal_part = torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril(T_k - T_q)
+        readable = mask & causal_part if causal else mask   # the causal mask's True: key j ≤ query i + T_k − T_q
+        other = ~mask & causal_part if causal else ~mask    # what the other convention would read
+        empty = ~readable.flatten(-2).any(-1) & other.flatten(-2).any(-1)   # per sequence (and head) of the mask
+        if bool(empty.any()):
+            at = "" if empty.dim() == 0 else f" (at index {tuple(empty.nonzero()[0].tolist())} of its leading axes)"
             raise ValueError(f"{name} {tuple(mask.shape)} lets no query read any key"
-                             f"{' (on or before its own position)' if causal else ''}, so every output would be 0: "
-                             "expected True = may attend, as F.scaled_dot_product_attention reads it; a mask with "
-                             "True = blocked (nn.MultiheadAttention's convention) must be inverted, ~mask")
+                             f"{' (on or before its own position)' if causal else ''} in one sequence{at}, so its "
+                             "outputs would all be 0, while the inverted mask would let them read: expected True = "
+                             "may attend, as F.scaled_dot_product_attention reads it; a mask with True = blocked "
+                             "(nn.MultiheadAttention's convention) must be inverted, ~mask")
     return mask
 
 

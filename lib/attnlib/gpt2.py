@@ -22,6 +22,25 @@ __all__ = ["from_gpt2", "to_gpt2", "load_gpt2", "weight_pairs"]
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
 
 
+def _require_pair(gpt, hf) -> None:
+    _, GPT2LMHeadModel = _gpt2_classes()
+    if not isinstance(gpt, GPT):
+        raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
+    if not isinstance(hf, GPT2LMHeadModel):
+        raise TypeError(f"hf must be a transformers GPT2LMHeadModel, got {type(hf).__name__}")
+    c, g = hf.config, gpt.config
+    ours = (g.vocab_size, g.d_model, g.h, g.L, g.max_T, g.d_ff)
+    theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
+    if ours != theirs or g.pos != "learned" or g.h_kv != g.h or not g.bias:
+        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
+                         f"learned positions, biases and h_kv = h: GPT has {ours}, pos={g.pos!r}, "
+                         f"bias={g.bias}, h_kv={g.h_kv}; GPT-2 has {theirs}")
+    if g.tie != _tied(hf):
+        raise ValueError(f"both models must tie the output head to the token table, or neither: the GPT has "
+                         f"tie={g.tie}, GPT-2's lm_head {'is' if _tied(hf) else 'is not'} its wte; a tied head "
+                         f"has no pair of its own, so one side's head would be left out")
+
+
 def _gpt2_classes():
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -30,7 +49,7 @@ def _gpt2_classes():
     return GPT2Config, GPT2LMHeadModel
 
 
-@boundary("_require_pair")
+@boundary(_require_pair)
 def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     """(attnlib tensor, GPT-2 tensor, transpose?) for every weight of two models of the same sizes.
 
@@ -57,25 +76,6 @@ def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     if not gpt.config.tie:
         pairs.append((gpt.head.weight, hf.lm_head.weight, False))
     return pairs
-
-
-def _require_pair(gpt, hf) -> None:
-    _, GPT2LMHeadModel = _gpt2_classes()
-    if not isinstance(gpt, GPT):
-        raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
-    if not isinstance(hf, GPT2LMHeadModel):
-        raise TypeError(f"hf must be a transformers GPT2LMHeadModel, got {type(hf).__name__}")
-    c, g = hf.config, gpt.config
-    ours = (g.vocab_size, g.d_model, g.h, g.L, g.max_T, g.d_ff)
-    theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
-    if ours != theirs or g.pos != "learned" or g.h_kv != g.h or not g.bias:
-        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
-                         f"learned positions, biases and h_kv = h: GPT has {ours}, pos={g.pos!r}, "
-                         f"bias={g.bias}, h_kv={g.h_kv}; GPT-2 has {theirs}")
-    if g.tie != _tied(hf):
-        raise ValueError(f"both models must tie the output head to the token table, or neither: the GPT has "
-                         f"tie={g.tie}, GPT-2's lm_head {'is' if _tied(hf) else 'is not'} its wte; a tied head "
-                         f"has no pair of its own, so one side's head would be left out")
 
 
 def _tied(hf) -> bool:

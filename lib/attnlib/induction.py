@@ -44,6 +44,33 @@ WEIGHTS = Path(__file__).with_name("data") / "heads.safetensors"
 _MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
 
 
+def _targets_args(ids) -> None:
+    require_shape(ids, "ids", "... T", float_only=False)
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
+
+
+def _induction_args(P, ids) -> None:
+    d = _require_table(P)
+    _targets_args(ids)
+    if ids.shape[-1] != d["T"]:
+        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
+    if ids.dim() == 2:
+        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
+            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
+                             f"P {tuple(P.shape)}")
+    elif ids.dim() != 1:
+        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
+    if int(induction_targets(ids).any(-1).sum(-1).min()) == 0:
+        raise ValueError("no query token appears twice in ids, so there is nothing to score")
+
+
+def _previous_token_args(P) -> None:
+    T = _require_table(P)["T"]
+    if T < 2:
+        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
+
+
 def repeated_blocks(B: int, n: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
     """Token IDs (B, 2n): per row, n distinct random tokens, then the same n tokens again."""
     B, n, vocab_size = require_positive(B=B, n=n, vocab_size=vocab_size)
@@ -78,13 +105,13 @@ def _require_table(P) -> dict[str, int]:
     return d
 
 
-@boundary("_previous_token_args")
+@boundary(_previous_token_args)
 def previous_token_score(P: torch.Tensor) -> torch.Tensor:
     """P (…, T, T) → (…): the mean weight a query puts on the position just before it, over i ≥ 1."""
     return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
-@boundary("_targets_args")
+@boundary(_targets_args)
 def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier
     position with the same token as position i. Rows of first-seen tokens are all False."""
@@ -99,7 +126,7 @@ def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     return target
 
 
-@boundary("_induction_args")
+@boundary(_induction_args)
 def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean
     weight on the token right after the previous occurrence of the query's token, over the
@@ -277,33 +304,6 @@ def main(argv: list[str] | None = None) -> None:
     runs = {f"seed{seed}": _timed_run(f"seed {seed}", lambda seed=seed: train_induction(seed), last=50)
             for seed in SEEDS}
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS))})
-
-
-def _targets_args(ids) -> None:
-    require_shape(ids, "ids", "... T", float_only=False)
-    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
-
-
-def _induction_args(P, ids) -> None:
-    d = _require_table(P)
-    _targets_args(ids)
-    if ids.shape[-1] != d["T"]:
-        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
-    if ids.dim() == 2:
-        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
-            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
-                             f"P {tuple(P.shape)}")
-    elif ids.dim() != 1:
-        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
-    if int(induction_targets(ids).any(-1).sum(-1).min()) == 0:
-        raise ValueError("no query token appears twice in ids, so there is nothing to score")
-
-
-def _previous_token_args(P) -> None:
-    T = _require_table(P)["T"]
-    if T < 2:
-        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,34 @@ TAU_RANGE = (0.0, 2.0, 0.05)           # the continuation's temperature slider: 
 ROPE_BASE = 10000.0                    # attnlib.position's base
 
 
+def _live_args(model, tokenizer, text, title):
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
+    c = model.config
+    wanted = {"norm": "pre", "pos": "rope", "causal": True, "bias": True, "gelu": "exact", "tie": False}
+    wrong = {k: getattr(c, k) for k, v in wanted.items() if getattr(c, k) != v}
+    if wrong or c.h_kv != c.h:
+        got = ", ".join(f"{k}={v!r}" for k, v in wrong.items()) or f"h_kv={c.h_kv}"
+        kind = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+        raise ValueError(f"the page runs chapter 8's kind of model ({kind}, h_kv = h), got {got}")
+    if not isinstance(tokenizer, CharTokenizer) or tokenizer.vocab_size != c.vocab_size:
+        raise ValueError(f"tokenizer must be the model's CharTokenizer, with vocab_size={c.vocab_size}, got "
+                         f"{type(tokenizer).__name__}"
+                         + (f" with {tokenizer.vocab_size}" if isinstance(tokenizer, CharTokenizer) else ""))
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
+    kept, _ = page_text(text, tokenizer.vocab)
+    if not 1 <= len(kept) <= MAX_CHARS:
+        raise ValueError(f"text must keep 1 to {MAX_CHARS} characters of the model's vocabulary, got {len(kept)} "
+                         f"from {text!r}")
+    if c.max_T < MAX_CHARS:
+        raise ValueError(f"the page runs up to {MAX_CHARS} positions, so the model's max_T must be at least "
+                         f"{MAX_CHARS}, got max_T={c.max_T}")
+    return {}
+
+
 def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
     """What the page does with a typed text: (the text it runs, the characters it left out, each once, in order).
 
@@ -152,38 +180,10 @@ class LiveModel(_Figure):
                 f"float16 weights {self.weights_nbytes / 1000:.1f} kB>")
 
 
-@boundary("_live_args")
+@boundary(_live_args)
 def live(model, tokenizer: CharTokenizer, text: str = "the lion and the mouse", *, title: str = "") -> LiveModel:
     """A figure that runs ``model`` (a Pre-Norm, causal, RoPE ``GPT`` over ``tokenizer``'s characters) in the page.
 
     text: what the box holds first (at most :data:`MAX_CHARS` characters, after :func:`page_text`).
     """
     return LiveModel(model, list(tokenizer.vocab), text, title)
-
-
-def _live_args(model, tokenizer, text, title):
-    from .model import GPT
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
-    c = model.config
-    wanted = {"norm": "pre", "pos": "rope", "causal": True, "bias": True, "gelu": "exact", "tie": False}
-    wrong = {k: getattr(c, k) for k, v in wanted.items() if getattr(c, k) != v}
-    if wrong or c.h_kv != c.h:
-        got = ", ".join(f"{k}={v!r}" for k, v in wrong.items()) or f"h_kv={c.h_kv}"
-        kind = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
-        raise ValueError(f"the page runs chapter 8's kind of model ({kind}, h_kv = h), got {got}")
-    if not isinstance(tokenizer, CharTokenizer) or tokenizer.vocab_size != c.vocab_size:
-        raise ValueError(f"tokenizer must be the model's CharTokenizer, with vocab_size={c.vocab_size}, got "
-                         f"{type(tokenizer).__name__}"
-                         + (f" with {tokenizer.vocab_size}" if isinstance(tokenizer, CharTokenizer) else ""))
-    if not isinstance(text, str) or not isinstance(title, str):
-        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
-    kept, _ = page_text(text, tokenizer.vocab)
-    if not 1 <= len(kept) <= MAX_CHARS:
-        raise ValueError(f"text must keep 1 to {MAX_CHARS} characters of the model's vocabulary, got {len(kept)} "
-                         f"from {text!r}")
-    if c.max_T < MAX_CHARS:
-        raise ValueError(f"the page runs up to {MAX_CHARS} positions, so the model's max_T must be at least "
-                         f"{MAX_CHARS}, got max_T={c.max_T}")
-    return {}

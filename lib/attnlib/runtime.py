@@ -14,6 +14,28 @@ from ._validate import boundary, require_device, require_nonnegative
 __all__ = ["setup", "pick_device", "seed_everything", "show_source", "agree", "at_most", "bound_text"]
 
 
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
+
+
+def _seed_args(seed):
+    seed, = require_nonnegative(seed=seed)     # an integer: a float seed is rejected, not truncated
+    if seed >= 2**32:
+        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
+    return {"seed": seed}
+
+
+def _show_source_args(obj):
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
+            or inspect.ismodule(target)):
+        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
+        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
+                        f"({type(obj).__name__})")
+
+
 def accelerators() -> dict[str, bool]:
     """Which accelerators torch can use here: ``{"cuda": …, "mps": …}``.
 
@@ -32,7 +54,7 @@ def pick_device() -> torch.device:
     return torch.device(next((kind for kind in ("cuda", "mps") if found[kind]), "cpu"))
 
 
-@boundary("_seed_args")
+@boundary(_seed_args)
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy and torch so a notebook prints the same numbers on every run.
 
@@ -73,7 +95,7 @@ def setup(seed: int = 0) -> torch.device:
     return device
 
 
-@boundary("_show_source_args")
+@boundary(_show_source_args)
 def show_source(obj):
     """Display the library's own source of ``obj`` (a function, method, class or module) as a highlighted code
     block, never a pasted copy."""
@@ -126,23 +148,3 @@ def agree(a, b, *, within: float, what: str = "") -> str:
     if not gap <= within:
         raise AssertionError(f"{what or 'the two'} differ by {gap:.3g}, more than {text}")
     return f"{what}: equal within {text}" if what else f"equal within {text}"
-
-
-# ---------------------------------------------------------------------------------------------- argument specs
-# Checked once per call (see attnlib._validate.boundary, which finds a spec by its name).
-
-
-def _seed_args(seed):
-    seed, = require_nonnegative(seed=seed)     # an integer: a float seed is rejected, not truncated
-    if seed >= 2**32:
-        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
-    return {"seed": seed}
-
-
-def _show_source_args(obj):
-    target = inspect.unwrap(obj) if callable(obj) else obj
-    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
-            or inspect.ismodule(target)):
-        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
-        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
-                        f"({type(obj).__name__})")

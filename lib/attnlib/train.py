@@ -45,6 +45,16 @@ WEIGHTS = Path(__file__).with_name("data") / "stack.safetensors"
 _MODEL_KEYS = ("d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
 
 
+def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
+    _require_model(model)
+    (steps, T, B), (seed,) = require_positive(steps=steps, T=T, B=B), require_nonnegative(seed=seed)
+    stop = None if stop is None else require_positive(stop=stop)[0]
+    _require_data(data, model)
+    lr, device = require_number(lr, "lr", above=0), None if device is None else require_device(device)
+    _require_window(model, T)
+    return {"steps": steps, "T": T, "B": B, "lr": lr, "seed": seed, "device": device, "stop": stop}
+
+
 def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
     """Inputs (B, T) = data[s : s+T] and targets (B, T) = data[s+1 : s+T+1] for every start s in starts (B,).
 
@@ -93,7 +103,7 @@ def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator)
     return next_token_windows(data, start, T)
 
 
-@boundary("_train_args")
+@boundary(_train_args)
 def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 32, lr: float = 3e-3,
           seed: int = 0, device=None, stop: int | None = None) -> list[float]:
     """Train with AdamW on random windows of data (N,) and return the training loss of every step.
@@ -257,6 +267,14 @@ def _metadata(path) -> dict:
             "variants": json.loads(meta["variants"]), "losses": json.loads(meta["losses"])}
 
 
+def _require_window(model, T: int) -> None:
+    """T tokens per window fit the model's context (checked here: model.loss, called inside train, checks nothing)."""
+    max_T = getattr(getattr(model, "config", None), "max_T", None)
+    if max_T is not None and T > max_T:
+        raise ValueError(f"T={T} exceeds the context length max_T={max_T}: train draws windows of T tokens, and "
+                         f"the model reads at most max_T positions; use T={max_T} or less")
+
+
 def _require_model(model) -> None:
     """A model with parameters and a ``loss(ids, targets)`` method, such as :class:`attnlib.GPT`."""
     if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "loss", None)):
@@ -304,15 +322,6 @@ def main(argv: list[str] | None = None) -> None:
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)),
                                "vocab_size": str(runs["masked"][0].config.vocab_size),
                                "variants": json.dumps(list(VARIANTS))})
-
-
-def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
-    _require_model(model)
-    (steps, T, B), (seed,) = require_positive(steps=steps, T=T, B=B), require_nonnegative(seed=seed)
-    stop = None if stop is None else require_positive(stop=stop)[0]
-    _require_data(data, model)
-    return {"steps": steps, "T": T, "B": B, "lr": require_number(lr, "lr", above=0), "seed": seed,
-            "device": None if device is None else require_device(device), "stop": stop}
 
 
 if __name__ == "__main__":
