@@ -219,16 +219,25 @@ def require_callable(fn, name: str = "fn"):
 
 
 def require_device(device, name: str = "device") -> torch.device:
-    """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device; as a torch.device."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', or a torch.device, got {_show(device)}")
-    try:
-        return torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
-                         "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+    """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device, that this machine has;
+    as a torch.device. ``'cuda'`` on a machine without CUDA says so here, not in torch's "not compiled with CUDA"."""
+    if not isinstance(device, torch.device):
+        if not isinstance(device, str):
+            raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', or a torch.device, got "
+                            f"{_show(device)}")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
+                             "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+    if device.type in ("cuda", "mps"):
+        from .runtime import accelerators   # the library's one probe (tests replace it, never torch's)
+
+        if not accelerators()[device.type]:
+            what = "CUDA" if device.type == "cuda" else "MPS (Apple's GPU)"
+            raise ValueError(f"{name}={str(device)!r}: {what} was asked for, but this machine has none; "
+                             "expected 'cpu' or a device that attnlib.pick_device() finds")
+    return device
 
 
 def require_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torch.dtype:
@@ -660,13 +669,15 @@ def require_attention_mask(mask, shape, *, like: torch.Tensor, causal: bool, nam
     return mask
 
 
-def require_fits(owner: str, parameters: dict[str, int]) -> None:
+def require_fits(owner: str, parameters: dict[str, int], *, what: str = "parameters", device=None) -> None:
     """Fail before allocating when parameters cannot fit in this machine's memory, naming the size that asks most.
 
-    parameters: each size as it was given (``"vocab_size=50257"``) → the number of entries it brings. Nothing is
-    checked where nothing is allocated here (the meta device, an accelerator) or the memory size is unknown.
+    parameters: each size as it was given (``"vocab_size=50257"``) → the number of entries it brings (``what``:
+    "parameters" of a model, "numbers" of a mask, a table or a plan). Nothing is checked where nothing is allocated
+    here (the meta device, an accelerator: ``device``, else torch's default) or the memory size is unknown.
     """
-    if torch.get_default_device().type != "cpu" or not hasattr(os, "sysconf"):
+    where = torch.get_default_device() if device is None else torch.device(device)
+    if where.type != "cpu" or not hasattr(os, "sysconf"):
         return
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -676,6 +687,6 @@ def require_fits(owner: str, parameters: dict[str, int]) -> None:
     total = sum(parameters.values())
     if total * width > memory:
         name = max(parameters, key=parameters.get)
-        raise MemoryError(f"{owner} asks for about {total:,} parameters, {total * width:,} bytes of "
+        raise MemoryError(f"{owner} asks for about {total:,} {what}, {total * width:,} bytes of "
                           f"{torch.get_default_dtype()}, more than this machine's {memory:,} bytes of memory; the "
                           f"most is for {name}: {parameters[name] * width:,} bytes")

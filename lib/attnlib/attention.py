@@ -59,8 +59,9 @@ def _causal_mask_args(T_q, T_k, dtype, device) -> dict:
     T_q, T_k = require_positive(T_q=T_q, T_k=T_q if T_k is None else T_k)
     if T_k < T_q:
         raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
-    return {"T_q": T_q, "T_k": T_k, "dtype": require_dtype(dtype, allow_bool=True),
-            "device": None if device is None else require_device(device)}
+    device = None if device is None else require_device(device)
+    require_fits("this mask", {f"T_q={T_q}, T_k={T_k}": 2 * T_q * T_k}, what="numbers", device=device)
+    return {"T_q": T_q, "T_k": T_k, "dtype": require_dtype(dtype, allow_bool=True), "device": device}
 
 
 def _padding_mask_args(is_pad) -> None:
@@ -75,7 +76,10 @@ def _sliding_window_mask_args(T_q, T_k, window, dtype, device) -> dict:
 def _combine_masks_args(mask, T_q, T_k, causal, device) -> dict:
     T_q, T_k = require_positive(T_q=T_q, T_k=T_k)
     causal, = require_flags(causal=causal)
-    if mask is not None:
+    if mask is None:
+        require_fits("this mask", {f"T_q={T_q}, T_k={T_k}": T_q * T_k}, what="numbers",
+                     device=None if device is None else require_device(device))
+    else:
         require_mask(mask, (T_q, T_k), free_batch=True)
     return {"T_q": T_q, "T_k": T_k, "causal": causal,
             "device": None if device is None or mask is not None else require_device(device)}

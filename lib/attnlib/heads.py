@@ -57,7 +57,10 @@ def _merge_heads_args(x) -> None:
 
 def _repeat_kv_args(x, n_rep) -> dict:
     require_shape(x, "x", "B h_kv T d_head")
-    return {"n_rep": require_positive(n_rep=n_rep)[0]}
+    n_rep, = require_positive(n_rep=n_rep)
+    require_fits("repeat_kv", {f"x {tuple(x.shape)} repeated n_rep={n_rep} times": x.numel() * n_rep},
+                 what="numbers", device=x.device)
+    return {"n_rep": n_rep}
 
 
 def _kv_cache_args(self) -> None:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ._validate import _show, boundary, require_ids, require_nonnegative, require_positive, require_shape
 from .model import GPT, GPTConfig
-from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run
+from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run, _weights_metadata
 
 __all__ = [
     "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
@@ -255,16 +255,8 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:
 
 
 def _metadata(path) -> dict:
-    from safetensors import safe_open
-
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or a Path to a safetensors file, got {_show(path)}")
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no weights file at {path} (`python -m attnlib.induction` writes the shipped one)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata()
-    return {"config": json.loads(meta["config"]), "seeds": json.loads(meta["seeds"]),
-            "losses": json.loads(meta["losses"])}
+    return _weights_metadata(path, ("config", "seeds", "losses"), "attnlib.induction.load_models",
+                             "`python -m attnlib.induction` writes the shipped one")
 
 
 def _recipe_from_file(flat: dict) -> dict:

@@ -73,10 +73,14 @@ def _as_config(config, sizes: tuple, options: dict) -> GPTConfig:
     if isinstance(config, Mapping):
         raise TypeError(f"GPT takes a GPTConfig or the config's fields, got a {type(config).__name__}; "
                         "write GPT(**fields) or GPT(GPTConfig(**fields))")
-    if config is None:
-        return GPTConfig(**options)   # GPT(vocab_size=…, d_model=…, …)
-    if not isinstance(config, GPTConfig):
-        return GPTConfig(config, *sizes, **options)
+    if config is None or not isinstance(config, GPTConfig):
+        options = dict(options)
+        d_head = options.pop("d_head", None)   # GPT(**dataclasses.asdict(config)) passes the derived d_head too
+        built = GPTConfig(**options) if config is None else GPTConfig(config, *sizes, **options)
+        if d_head is not None and d_head != built.d_head:
+            raise ValueError(f"d_head is derived, d_model / h = {built.d_model} / {built.h} = {built.d_head}, "
+                             f"got d_head={_show(d_head)}; leave it out")
+        return built
     if sizes or options:
         extra = [repr(v) for v in sizes] + [f"{k}={v!r}" for k, v in options.items()]
         raise TypeError(f"GPT takes a GPTConfig alone, got a GPTConfig and {', '.join(extra)}; "

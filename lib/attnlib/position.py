@@ -33,6 +33,7 @@ def _sinusoidal_args(T, d_model, base) -> dict:
     base = require_number(base, "base", minimum=1)
     if d_model % 2:
         raise ValueError(f"d_model must be even for sin/cos pairs, got d_model={d_model}")
+    require_fits("this table of positions", {f"T={T}, d_model={d_model}": 2 * T * d_model}, what="numbers")
     return {"T": T, "d_model": d_model, "base": base}
 
 
@@ -62,6 +63,7 @@ def _even(d: int) -> int:
 
 def _rope_angles_args(T, d, offset, base) -> dict:
     (T, d), (offset,) = require_positive(T=T, d=d), require_nonnegative(offset=offset)
+    require_fits("this table of angles", {f"T={T}, d={d}": 2 * T * d}, what="numbers")
     return {"T": T, "d": _even(d), "offset": offset, "base": require_number(base, "base", minimum=1)}
 
 

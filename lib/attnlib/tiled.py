@@ -23,6 +23,7 @@ import torch
 from ._validate import (
     boundary,
     require_batch,
+    require_fits,
     require_flags,
     require_positive,
     require_row_stats,
@@ -60,6 +61,9 @@ def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
     causal, = require_flags(causal=causal)
     if causal and T_k < T_q:
         raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    n_q, n_k = -(-T_q // block_q), -(-T_k // block_k)
+    require_fits("this tile plan", {f"T_q={T_q} / block_q={block_q} × T_k={T_k} / block_k={block_k}": 2 * n_q * n_k},
+                 what="numbers")
     return {"T_q": T_q, "T_k": T_k, "block_q": block_q, "block_k": block_k, "causal": causal}
 
 

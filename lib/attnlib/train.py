@@ -255,16 +255,42 @@ def _recipe_to_file(config: dict) -> dict:
 
 
 def _metadata(path) -> dict:
-    from safetensors import safe_open
+    meta = _weights_metadata(path, ("config", "vocab_size", "variants", "losses"), "attnlib.train.load_char_models",
+                             "`make train-stack` writes the shipped one")
+    return {**meta, "vocab_size": int(meta["vocab_size"])}
+
+
+# The metadata key that tells a weights file of the course apart → what the file holds and what reads it.
+_WEIGHTS_FILES = {
+    "variants": "chapter 8's character models (masked and unmasked), read by attnlib.train.load_char_models",
+    "seeds": "the trained induction heads, read by attnlib.induction.load_models",
+}
+
+
+def _weights_metadata(path, keys: tuple[str, ...], reader: str, writer: str) -> dict:
+    """The JSON entries ``keys`` of a safetensors file's metadata; a file of another kind says what it is."""
+    from safetensors import SafetensorError, safe_open
 
     if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
+        raise TypeError(f"path must be a str or a Path to a safetensors file, got {_show(path)}")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"no weights file at {path} (`make train-stack` writes the shipped one)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata()
-    return {"config": json.loads(meta["config"]), "vocab_size": int(meta["vocab_size"]),
-            "variants": json.loads(meta["variants"]), "losses": json.loads(meta["losses"])}
+        raise FileNotFoundError(f"no weights file at {path} ({writer})")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"path={str(path)!r} is not a safetensors weights file: {e}") from None
+    missing = [k for k in keys if k not in meta]
+    if missing:
+        other = next((what for key, what in _WEIGHTS_FILES.items() if key in meta and key not in keys), None)
+        it = f"it holds {other}" if other else f"its metadata has {sorted(meta)}, not {missing}"
+        raise ValueError(f"path={str(path)!r} is the wrong weights file for {reader}, which expects metadata "
+                         f"{list(keys)}: {it}")
+    try:
+        return {k: json.loads(meta[k]) for k in keys}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"path={str(path)!r}: the metadata of this weights file is not the JSON {reader} "
+                         f"expects ({e})") from None
 
 
 def _require_window(model, T: int) -> None:
