@@ -17,7 +17,6 @@ import attnlib
 import attnlib.induction
 import attnlib.live
 import attnlib.train
-from attnlib.reading import Place, find_line, line_changed, show_code, source_lines
 from attnlib import (
     GPT,
     MLP,
@@ -45,6 +44,7 @@ from attnlib import (
 from attnlib.costs import attention_flops, attention_params, count_ops, kv_cache_bytes, ops_called
 from attnlib.heads import repeat_kv
 from attnlib.plots import heads_grid, mask_picture
+from attnlib.reading import Place, find_line, line_changed, show_code, source_lines
 from attnlib.train import evaluate, random_batch
 
 mha = MultiHeadAttention(64, 8)
@@ -197,6 +197,11 @@ CASES = [
     # meta tensors have no values to read
     ("meta token IDs", lambda: model(torch.zeros(1, 3, dtype=torch.long, device="meta")), ValueError,
      ["ids is a meta tensor"]),
+    ("meta IDs to require_ids", lambda: attnlib._validate.require_ids(
+        torch.zeros(3, dtype=torch.long, device="meta"), 10), ValueError, ["ids is a meta tensor"]),
+    ("meta positions", lambda: model.embed_tokens(torch.zeros(1, 3, dtype=torch.long),
+                                                  positions=torch.zeros(1, 3, dtype=torch.long, device="meta")),
+     ValueError, ["positions is a meta tensor"]),
     # the config's own fields
     ("a derived d_head that disagrees", lambda: GPT(vocab_size=10, d_model=16, h=2, d_head=4), ValueError,
      ["d_head", "16 / 2 = 8", "d_head=4"]),

@@ -411,3 +411,34 @@ def test_setting_an_option_of_the_frozen_config_on_the_model_is_an_error():
     with pytest.raises(AttributeError, match=r"model.causal is an option of the model's frozen config.*replace"):
         model.causal = False
     model.extra = 1   # any other attribute is the nn.Module's business
+
+
+# ---------------------------------------------------------------------------------------------- what a listing shows
+
+
+def test_show_source_leaves_the_boundary_line_out_unless_asked():
+    import attnlib
+
+    for obj in (attnlib.scores, attnlib.MultiHeadAttention, attnlib.GPT.forward):
+        assert "@boundary" not in attnlib.show_source(obj).data
+    assert "@boundary(_scores_args)" in attnlib.show_source(attnlib.scores, boundary=True).data
+    assert "show_source" not in attnlib.runtime.__all__ and attnlib.show_source.__module__ == "attnlib.display"
+
+
+def test_multi_head_forward_is_a_short_listing_of_named_steps():
+    source = inspect.getsource(MultiHeadAttention.forward)
+    body = source.split('"""')[-1].strip().splitlines()
+    assert len(body) <= 8, body
+    assert "self.qkv(" in source and "cache.extend(" in source and "repeat_kv(" in source
+    assert "self.attend_heads(" in source and "merge_heads(" in source
+
+
+def test_attend_heads_checks_its_heads():
+    mha = MultiHeadAttention(8, 2)
+    Q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"K must be \(B=1, h=2, T_k, d_head=4\)"):
+        mha.attend_heads(Q, torch.randn(1, 3, 3, 4), Q)
+    with pytest.raises(ValueError, match="T_k=2 must be at least T_q=3"):
+        mha.attend_heads(Q, Q[:, :, :2], Q[:, :, :2])
+    out, weights = mha.attend_heads(Q, Q, Q, return_weights=True)
+    assert out.shape == (1, 2, 3, 4) and weights.shape == (1, 2, 3, 3)

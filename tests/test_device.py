@@ -51,7 +51,7 @@ def test_attnlib_device_overrides_the_choice(machine, monkeypatch, forced):
 def test_an_override_names_an_accelerator_this_machine_lacks(machine, monkeypatch, forced, what):
     machine(cuda=False, mps=False)
     monkeypatch.setenv("ATTNLIB_DEVICE", forced)
-    with pytest.raises(ValueError, match=f"ATTNLIB_DEVICE='{forced}': {what}.* was asked for, but this machine has none"):
+    with pytest.raises(ValueError, match=f"ATTNLIB_DEVICE='{forced}': {what}.* was asked for, but this machine has no"):
         pick_device()
 
 

@@ -231,7 +231,7 @@ def require_device(device, name: str = "device") -> torch.device:
             raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
                              "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
     if device.type in ("cuda", "mps"):
-        from .runtime import accelerators   # the library's one probe (tests replace it, never torch's)
+        from .runtime import accelerators  # the library's one probe (tests replace it, never torch's)
 
         if not accelerators()[device.type]:
             what = "CUDA" if device.type == "cuda" else "MPS (Apple's GPU)"
@@ -352,6 +352,7 @@ def require_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor |
     if like is not None and ids.device != like.device:
         raise ValueError(f"{name} is on {ids.device} but the model is on {like.device}; "
                          f"use {name}.to({str(like.device)!r})")
+    require_readable(ids, name)
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab_size:
@@ -605,6 +606,7 @@ def require_positions(positions, T: int, *, batch: int | None, name: str = "posi
     if positions.dim() not in (1, 2) or got[-1] != T or (positions.dim() == 2 and batch not in (None, got[0])):
         B = "B" if batch is None else f"B={batch}"
         raise ValueError(f"{name} must be (T={T},) or ({B}, T={T}), one position per row of x, got {got}")
+    require_readable(positions, name)
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"{name} must be integers ≥ 0, got {int(positions.min())}")
     return positions

@@ -141,7 +141,8 @@ def _require_prompt(ids, model) -> torch.Tensor:
         raise TypeError(f"ids must be an integer tensor (B, T), got {shown}")
     require_readable(ids, "ids")
     if ids.device != model.device:
-        raise ValueError(f"ids is on {ids.device} but the model is on {model.device}; use ids.to({str(model.device)!r})")
+        raise ValueError(f"ids is on {ids.device} but the model is on {model.device}; "
+                         f"use ids.to({str(model.device)!r})")
     if not T_PAST < ids.shape[1] <= n:
         raise ValueError(f"ids must hold {T_PAST + 1} to n_positions={n} tokens per row, got T={ids.shape[1]}")
     if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < V):

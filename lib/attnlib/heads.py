@@ -27,6 +27,7 @@ from ._validate import (
     require_flags,
     require_input,
     require_kv_heads,
+    require_like,
     require_nonnegative,
     require_positions_on,
     require_positive,
@@ -173,6 +174,22 @@ class KVCache:
         return self.K, self.V
 
 
+def _attend_heads_args(self, Q, K, V, causal, mask, return_weights) -> dict:
+    causal, return_weights = require_flags(causal=causal, return_weights=return_weights)
+    d = require_shape(Q, "Q", "B h T d_head", h=self.h, d_head=self.d_head)
+    k = require_shape(K, "K", "B h T_k d_head", B=d["B"], h=self.h, d_head=self.d_head)
+    require_shape(V, "V", "B h T_k d_head", B=d["B"], h=self.h, T_k=k["T_k"], d_head=self.d_head)
+    require_like(Q, self.W_O.weight, "Q")
+    require_same(Q, K, "Q", "K")
+    require_same(Q, V, "Q", "V")
+    if causal and k["T_k"] < d["T"]:
+        raise ValueError(f"T_k={k['T_k']} must be at least T_q={d['T']} for causal attention: every query needs "
+                         "its own key")
+    if mask is not None:
+        require_attention_mask(mask, (*Q.shape[:-1], k["T_k"]), like=Q, causal=causal)
+    return {"causal": causal, "return_weights": return_weights}
+
+
 class MultiHeadAttention(nn.Module):
     """Causal multi-head self-attention: x (B, T, d_model) → (B, T, d_model).
 
@@ -220,9 +237,18 @@ class MultiHeadAttention(nn.Module):
         """
         T_past = 0 if cache is None else len(cache)
         Q, K, V = self.qkv(x, offset=T_past, positions=positions)   # (B, h, T, d_head), K, V (B, h_kv, T, d_head)
-        if cache is not None:
-            K, V = cache.extend(K, V)   # (B, h_kv, T_past + T, d_head)
-        K, V = repeat_kv(K, self.h // self.h_kv), repeat_kv(V, self.h // self.h_kv)   # (B, h, T_k, d_head)
+        if cache is not None:                                       # chapter 8: earlier K and V are kept
+            K, V = cache.extend(K, V)                               # (B, h_kv, T_past + T, d_head)
+        K, V = repeat_kv(K, self.h // self.h_kv), repeat_kv(V, self.h // self.h_kv)   # chapter 10: (B, h, T_k, d_head)
+        out, weights = self.attend_heads(Q, K, V, causal=causal, mask=mask, return_weights=return_weights)
+        out = self.W_O(merge_heads(out))                            # (B, h, T, d_head) → (B, T, d_model)
+        return (out, weights) if return_weights else out
+
+    @boundary(_attend_heads_args)
+    def attend_heads(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
+                     mask: torch.Tensor | None = None, return_weights: bool = False):
+        """Every head attends at once: Q (B, h, T, d_head), K and V (B, h, T_k, d_head) → out (B, h, T, d_head) and
+        the weights (B, h, T, T_k) where asked for (else None). ``mask`` as in :meth:`forward`."""
         weights = None
         if self.backend == "plain" or return_weights:
             out, weights = attention(Q, K, V, causal=causal, return_weights=True, mask=mask)
@@ -235,5 +261,4 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
         else:
             out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)   # (B, h, T, d_head)
-        out = self.W_O(merge_heads(out))   # (B, T, d_model)
-        return (out, weights) if return_weights else out
+        return out, weights

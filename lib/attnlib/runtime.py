@@ -1,8 +1,8 @@
-"""Notebook set-up: seeds, deterministic CPU threads, print options and the device choice."""
+"""Notebook set-up: seeds, deterministic CPU threads, print options and the device choice; the agreements a
+page prints. (What a page shows of the library's source is :mod:`attnlib.display`.)"""
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 import os
@@ -13,7 +13,7 @@ import torch
 
 from ._validate import _show, boundary, require_device, require_nonnegative, require_number
 
-__all__ = ["setup", "pick_device", "seed_everything", "show_source", "agree", "at_most", "bound_text"]
+__all__ = ["setup", "pick_device", "seed_everything", "agree", "at_most", "bound_text"]
 
 
 # ---------------------------------------------------------------------------------------------- argument specs
@@ -27,15 +27,6 @@ def _seed_args(seed):
     if seed >= 2**32:
         raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
     return {"seed": seed}
-
-
-def _show_source_args(obj):
-    target = inspect.unwrap(obj) if callable(obj) else obj
-    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
-            or inspect.ismodule(target)):
-        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
-        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
-                        f"({type(obj).__name__})")
 
 
 def accelerators() -> dict[str, bool]:
@@ -95,15 +86,6 @@ def setup(seed: int = 0) -> torch.device:
     except ImportError:  # plots are optional for library users
         pass
     return device
-
-
-@boundary(_show_source_args)
-def show_source(obj):
-    """Display the library's own source of ``obj`` (a function, method, class or module) as a highlighted code
-    block, never a pasted copy."""
-    from IPython.display import Markdown
-
-    return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
 
 
 def _bound(bound, name: str = "bound") -> float:

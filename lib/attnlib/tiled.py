@@ -124,6 +124,8 @@ def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
     """softmax over the last axis of Z (..., n), reading the scores ``block`` at a time: Z → P (..., n).
 
     One pass over the blocks finds m and ℓ with :func:`online_softmax_step`; then P = exp(Z − m) / ℓ.
+    Cost: a Python loop of n / block steps, so a small block is slow by design (block=1 over 10⁶ numbers takes
+    minutes: a million steps of a few tensor calls each); the answer is the same for every block.
     """
     m = Z.new_full(Z.shape[:-1], float("-inf"))         # (...,) running max
     l = Z.new_zeros(Z.shape[:-1])                       # (...,) running sum of exp(z − m)
@@ -162,6 +164,8 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
     Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v), with the same batch axes. Beyond its output, the
     memory it needs depends on the block sizes only, not on T_q · T_k: the full score table is never built.
     With ``return_stats`` it also returns m and ℓ of every query row, (..., T_q) each: (out, m, l).
+    Cost: a Python loop over (T_q / block_q) · (T_k / block_k) tiles, so tiny blocks are slow by design
+    (1 × 1 blocks over T = 1024 run half a million tiles: minutes); the answer is the same for every block size.
     """
     T_q, d_k, T_k = Q.shape[-2], Q.shape[-1], K.shape[-2]
     plan = tile_plan(T_q, T_k, block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
