@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import attnlib
+import attnlib.gpt2
 import attnlib.induction
 import attnlib.live
 import attnlib.train
@@ -244,6 +245,11 @@ CASES = [
      ["question must be 1, 2, 3 or 4", "5"]),
     ("a planted bug of a number", lambda: _gpt2_reading().planted_bug(3), ValueError, ["letter", "A, B, C, D", "3"]),
     ("a planted copy of a number", lambda: _gpt2_reading().show_planted("Z"), ValueError, ["letter", "'Z'"]),
+    ("load_gpt2 with local_files_only=1", lambda: _gpt2_reading() and attnlib.gpt2.load_gpt2(
+        "gpt2", local_files_only=1), TypeError, ["local_files_only must be True or False", "1"]),
+    ("load_gpt2 of a missing folder", lambda: _gpt2_reading() and attnlib.gpt2.load_gpt2(
+        "/nonexistent/gpt2-folder", local_files_only=True), OSError, ["name_or_path='/nonexistent/gpt2-folder'",
+                                                                       "neither a folder"]),
     # weights files of the wrong kind say what they are
     ("chapter 8's reader on the induction heads' file", lambda: attnlib.train.load_char_models(
         attnlib.induction.WEIGHTS), ValueError, ["wrong weights file", "load_char_models", "induction heads"]),

@@ -11,9 +11,11 @@ whose columns are W_Q, then W_K, then W_V: the same order as attnlib's ``W_QKV``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from ._validate import boundary, require_choice
+from ._validate import boundary, require_choice, require_flags
 from .model import GPT, GPTConfig
 
 __all__ = ["from_gpt2", "to_gpt2", "load_gpt2", "weight_pairs"]
@@ -143,13 +145,26 @@ def to_gpt2(gpt: GPT):
     return hf.eval()
 
 
+def _load_gpt2_args(name_or_path, local_files_only):
+    if isinstance(name_or_path, Path):
+        name_or_path = str(name_or_path)
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise TypeError(f"name_or_path must be a Hub name such as 'gpt2' or a folder (a str or a Path), got "
+                        f"{name_or_path!r} ({type(name_or_path).__name__})")
+    local_files_only, = require_flags(local_files_only=local_files_only)
+    return {"name_or_path": name_or_path, "local_files_only": local_files_only}
+
+
+@boundary(_load_gpt2_args)
 def load_gpt2(name_or_path: str = "gpt2", *, local_files_only: bool = False) -> GPT:
     """Load a pretrained GPT-2 (a Hub name such as "gpt2", or a folder written by ``save_pretrained``) as a GPT.
 
     Loading by name downloads the weights once (it needs a network); a folder is read from disk.
     """
     _, GPT2LMHeadModel = _gpt2_classes()
-    if not isinstance(name_or_path, str):
-        raise TypeError(f"name_or_path must be a str, got {type(name_or_path).__name__}")
-    hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=local_files_only)
+    try:
+        hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=local_files_only)
+    except OSError as e:   # no such folder, and no such name on the Hub or no network to ask it
+        raise OSError(f"name_or_path={name_or_path!r} is neither a folder written by save_pretrained nor a GPT-2 "
+                      f"this machine can download now ({type(e).__name__}: {str(e).splitlines()[0]})") from None
     return from_gpt2(hf.eval())
