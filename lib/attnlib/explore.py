@@ -87,7 +87,8 @@ def _weights_args(self, layer, head, scaled, causal, temperature):
 
 
 def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, layer, head, query, layer_label):
-    """S as a float64 (L, h, T, T) table on the CPU, controls as a set, query as a position (T − 1 for None)."""
+    """S raw scores of a square table (checked, not converted: the body converts it), controls as a set, query as a
+    position (T − 1 for None)."""
     S = _scores_table(S)
     L, h, T = S.shape[0], S.shape[1], S.shape[2]
     if T > MAX_T:
@@ -113,7 +114,7 @@ def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, 
     if not isinstance(title, str) or not isinstance(layer_label, str):
         bad = "title" if not isinstance(title, str) else "layer_label"
         raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
-    return {"S": S, "tokens": tokens, "d_k": d_k, "controls": chosen, "scaled": scaled, "causal": causal,
+    return {"tokens": tokens, "d_k": d_k, "controls": chosen, "scaled": scaled, "causal": causal,
             "temperature": temperature, **where, "query": query}
 
 
@@ -350,7 +351,9 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     scaled, causal, temperature, layer, head: what the figure shows first. query: the query whose lines are
     drawn first (default: the last position, T − 1). layer_label: the menu's word for a layer.
     """
-    L, h, T, _ = S.shape                                    # S: float64 (L, h, T, T) on the CPU
+    S = torch.as_tensor(S).detach().to("cpu", torch.float64)     # raw scores, as float64 on the CPU
+    S = S.reshape((1,) * (4 - S.dim()) + tuple(S.shape))         # (T, T) or (h, T, T) → (L, h, T, T)
+    L, h, T, _ = S.shape
     data = {
         "v": 1, "title": title, "tokens": tokens,
         "labels": labels(tokens),   # a word-initial space shown as '▁', as in the plots
