@@ -355,7 +355,7 @@ def _public_names() -> set[str]:
     names = set(attnlib.__all__)
     for module in ("text", "embedding", "position", "projections", "attention", "heads", "block", "model", "train",
                    "plots", "explore", "costs", "reference", "runtime", "tiled", "batches", "live", "reading",
-                   "gpt2_reading", "induction", "gpt2"):
+                   "gpt2_reading", "induction", "gpt2", "display"):
         names |= set(getattr(__import__(f"attnlib.{module}", fromlist=["__all__"]), "__all__", ()))
     return names - NO_INPUT
 
