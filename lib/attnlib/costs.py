@@ -181,6 +181,7 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
 # ---------------------------------------------------------------------------------------------- measuring
 # The measuring functions run ``fn()``, the caller's own code, so they are no @boundary: inside a boundary the
 # library's functions that fn calls would skip their checks (and their copies of views), and be measured without.
+# (Code that must run user code inside a boundary runs it under _validate.user_code(), which restores the checks.)
 
 
 def count_flops(fn: Callable[[], object]) -> int:
