@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from ._validate import _show, boundary, require_flags
+from ._validate import boundary, require_flags
 
 __all__ = ["show_source"]
 
@@ -25,8 +25,9 @@ def _show_source_args(obj, boundary):
     target = inspect.unwrap(obj) if callable(obj) else obj
     if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
             or inspect.ismodule(target)):
-        raise TypeError(f"show_source needs a function, method, class or module written in Python, got "
-                        f"{_show(obj)}")
+        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
+        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
+                        f"({type(obj).__name__})")
     boundary, = require_flags(boundary=boundary)
     return {"boundary": boundary}
 
