@@ -14,6 +14,10 @@ import pytest
 import torch
 
 import attnlib
+import attnlib.gpt2
+import attnlib.induction
+import attnlib.live
+import attnlib.train
 from attnlib import (
     GPT,
     MLP,
@@ -41,6 +45,7 @@ from attnlib import (
 from attnlib.costs import attention_flops, attention_params, count_ops, kv_cache_bytes, ops_called
 from attnlib.heads import repeat_kv
 from attnlib.plots import heads_grid, mask_picture
+from attnlib.reading import Place, find_line, line_changed, show_code, source_lines
 from attnlib.train import evaluate, random_batch
 
 mha = MultiHeadAttention(64, 8)
@@ -181,7 +186,144 @@ CASES = [
      ["(2,)", "(3,)"]),
     ("a bound given as text", lambda: attnlib.at_most(1e-7, "1e-5"), ValueError, ["positive number", "'1e-5'"]),
     ("a negative bound", lambda: attnlib.runtime.bound_text(-1e-3), ValueError, ["positive number", "-0.001"]),
+    ("an agreement of a meta tensor", lambda: attnlib.agree(torch.zeros(2, device="meta"), torch.zeros(2), within=1),
+     ValueError, ["a is a meta tensor"]),
+    ("an agreement of text", lambda: attnlib.agree("x", 1, within=1), TypeError, ["a must be", "'x'"]),
+    ("a bound that is True", lambda: attnlib.at_most(0.0, True), ValueError, ["positive number", "True"]),
+    ("a measured value as text", lambda: attnlib.at_most("0.1", 1.0), TypeError, ["value", "'0.1'"]),
+    ("at_most's what as a number", lambda: attnlib.at_most(0.1, 1.0, 3), TypeError, ["what", "3"]),
+    # accelerators that are not there (tests/test_device.py names every entry point)
+    ("cuda without CUDA", lambda: _without_accelerators(lambda: causal_mask(3, device="cuda")), ValueError,
+     ["device='cuda'", "CUDA was asked for, but this machine has none"]),
+    # meta tensors have no values to read
+    ("meta token IDs", lambda: model(torch.zeros(1, 3, dtype=torch.long, device="meta")), ValueError,
+     ["ids is a meta tensor"]),
+    ("meta IDs to require_ids", lambda: attnlib._validate.require_ids(
+        torch.zeros(3, dtype=torch.long, device="meta"), 10), ValueError, ["ids is a meta tensor"]),
+    ("meta positions", lambda: model.embed_tokens(torch.zeros(1, 3, dtype=torch.long),
+                                                  positions=torch.zeros(1, 3, dtype=torch.long, device="meta")),
+     ValueError, ["positions is a meta tensor"]),
+    # the config's own fields
+    ("a derived d_head that disagrees", lambda: GPT(vocab_size=10, d_model=16, h=2, d_head=4), ValueError,
+     ["d_head", "16 / 2 = 8", "d_head=4"]),
+    # live: the page's text, model and payload
+    ("page_text of None", lambda: attnlib.live.page_text(None, ["a"]), TypeError, ["text must be a string", "None"]),
+    ("page_text with a string vocab", lambda: attnlib.live.page_text("a", "abc"), TypeError, ["vocab", "'abc'"]),
+    ("page_model of an empty dict", lambda: attnlib.live.page_model({}), ValueError, ["data", "missing", "'weights'"]),
+    ("page_model of a list", lambda: attnlib.live.page_model([]), TypeError, ["data", "payload", "list"]),
+    ("half_model of a string", lambda: attnlib.live.half_model("x"), TypeError, ["model", "GPT", "'x'"]),
+    ("live's ids of a number", lambda: _live_figure().ids(3), TypeError, ["text must be a string", "3"]),
+    ("live's page_text of None", lambda: _live_figure().page_text(None), TypeError, ["text must be a string"]),
+    ("a LiveModel built of a string", lambda: attnlib.live.LiveModel("x", ["a"], "a", ""), TypeError,
+     ["model", "GPT"]),
+    ("a LiveModel of a string", lambda: attnlib.live.live("x", None), TypeError, ["model", "GPT"]),
+    # reading: functions, lines and places
+    ("find_line of None", lambda: find_line(None, [softmax]), TypeError, ["line must be a str", "None"]),
+    ("find_line in one function, not a list", lambda: find_line("x", softmax), TypeError, ["functions", "list"]),
+    ("find_line in a number", lambda: find_line("x", [3]), TypeError, ["functions[0]", "function written in Python"]),
+    ("a Place counted from the end", lambda: Place(softmax, -1), ValueError, ["line", "softmax", "got -1"]),
+    ("a Place at a float line", lambda: Place(softmax, 2.0), TypeError, ["line", "2.0"]),
+    ("line_changed with delete=1", lambda: line_changed(find_line("e = Z.exp()", [softmax]), delete=1), TypeError,
+     ["delete must be True or False", "1"]),
+    ("line_changed with a number as the new line", lambda: line_changed(find_line("e = Z.exp()", [softmax]), new=3),
+     TypeError, ["new must be a line of code", "3"]),
+    ("line_changed of no places", lambda: line_changed([], delete=True), TypeError, ["places", "non-empty"]),
+    ("source_lines of a number", lambda: source_lines(3), TypeError, ["fn must be a function", "3"]),
+    ("show_code with a bad replace", lambda: show_code(softmax, replace=["a"]), TypeError, ["replace", "dict"]),
+    # gpt2_reading: seeds, sizes, questions, letters
+    ("a seed of 2.5", lambda: _gpt2_reading().tiny_gpt2(2.5), TypeError, ["seed", "2.5"]),
+    ("a seed that is True", lambda: _gpt2_reading().tiny_gpt2(True), TypeError, ["seed", "True"]),
+    ("an empty vocabulary", lambda: _gpt2_reading().tiny_gpt2(vocab_size=0), ValueError, ["vocab_size", "0"]),
+    ("a float dtype that is not one", lambda: _gpt2_reading().tiny_gpt2(dtype=torch.long), TypeError, ["dtype"]),
+    ("ask_gpt2 of meta IDs", lambda: _gpt2_reading().ask_gpt2(_gpt2_reading().tiny_gpt2(),
+                                                             torch.zeros(1, 6, dtype=torch.long, device="meta")),
+     ValueError, ["ids is a meta tensor"]),
+    ("ask_gpt2 of a string", lambda: _gpt2_reading().ask_gpt2("gpt2"), TypeError, ["model", "GPT2LMHeadModel"]),
+    ("question True", lambda: _gpt2_reading().line_finding(True, find_line("e = Z.exp()", [softmax])), TypeError,
+     ["question", "True"]),
+    ("question 5", lambda: _gpt2_reading().line_finding(5, find_line("e = Z.exp()", [softmax])), ValueError,
+     ["question must be 1, 2, 3 or 4", "5"]),
+    ("a planted bug of a number", lambda: _gpt2_reading().planted_bug(3), ValueError, ["letter", "A, B, C, D", "3"]),
+    ("a planted copy of a number", lambda: _gpt2_reading().show_planted("Z"), ValueError, ["letter", "'Z'"]),
+    ("load_gpt2 with local_files_only=1", lambda: _gpt2_reading() and attnlib.gpt2.load_gpt2(
+        "gpt2", local_files_only=1), TypeError, ["local_files_only must be True or False", "1"]),
+    ("load_gpt2 of a missing folder", lambda: _gpt2_reading() and attnlib.gpt2.load_gpt2(
+        "/nonexistent/gpt2-folder", local_files_only=True), OSError, ["name_or_path='/nonexistent/gpt2-folder'",
+                                                                       "neither a folder"]),
+    # weights files of the wrong kind say what they are
+    ("chapter 8's reader on the induction heads' file", lambda: attnlib.train.load_char_models(
+        attnlib.induction.WEIGHTS), ValueError, ["wrong weights file", "load_char_models", "induction heads"]),
+    ("the induction heads' reader on chapter 8's file", lambda: attnlib.induction.load_models(
+        attnlib.train.WEIGHTS), ValueError, ["wrong weights file", "load_models", "chapter 8's character models"]),
+    ("a weights file that is not one", lambda: attnlib.induction.stored_losses(pathlib.Path(__file__)), ValueError,
+     ["not a safetensors weights file"]),
 ]
+
+
+@pytest.mark.parametrize("what, call, fragments", [
+    ("causal_mask", lambda: causal_mask(10**7), ["this mask", "T_q=10000000, T_k=10000000"]),
+    ("sliding_window_mask", lambda: attnlib.sliding_window_mask(10**7, window=3), ["this mask", "T_q=10000000"]),
+    ("combine_masks", lambda: attnlib.combine_masks(None, 10**7, 10**7), ["this mask", "T_k=10000000"]),
+    ("sinusoidal_positions", lambda: sinusoidal_positions(10**10, 64), ["table of positions", "T=10000000000"]),
+    ("rope_angles", lambda: rope_angles(10**10, 64), ["table of angles", "T=10000000000"]),
+    ("tile_plan", lambda: attnlib.tile_plan(10**9, 10**9, 1, 1), ["tile plan", "T_q=1000000000 / block_q=1"]),
+    ("repeat_kv", lambda: attnlib.repeat_kv(torch.zeros(1, 1, 100, 100), 10**12), ["repeat_kv", "n_rep=10**12"]),
+])
+def test_huge_masks_tables_and_plans_fail_before_allocating(what, call, fragments):
+    fragments = [f.replace("10**12", str(10**12)) for f in fragments]
+    with pytest.raises(MemoryError) as info:
+        call()
+    assert all(f in str(info.value) for f in fragments), str(info.value)
+
+
+def _without_accelerators(fn):
+    from unittest import mock
+
+    with mock.patch.object(attnlib.runtime, "accelerators", lambda: {"cuda": False, "mps": False}):
+        return fn()
+
+
+def _live_figure():
+    from attnlib.live import live
+
+    tok = CharTokenizer("ab c")
+    config = attnlib.GPTConfig(vocab_size=tok.vocab_size, d_model=8, h=2, L=1, max_T=64, pos="rope")
+    return live(GPT(config), tok, "ab")
+
+
+def _gpt2_reading():
+    pytest.importorskip("transformers")
+    import attnlib.gpt2_reading
+
+    return attnlib.gpt2_reading
+
+
+def test_numbers_of_numpy_are_accepted_where_python_numbers_are():
+    assert attnlib.at_most(np.float32(5e-4), np.float32(1e-3)) == "within 0.001"   # printed as its own digits
+    assert attnlib.agree(np.float64(1), 1, within=np.float32(1e-6)) == "equal within 1e-6"
+    pytest.importorskip("transformers")
+    from attnlib.gpt2_reading import tiny_gpt2
+
+    assert tiny_gpt2(np.int64(0), vocab_size=np.int64(8)).config.vocab_size == 8
+
+
+def test_at_most_prints_a_bound_never_below_the_value_it_passed():
+    value = 0.0012345645
+    line = attnlib.at_most(value, 0.0012345649)
+    assert float(line.split()[-1]) >= value
+
+
+def test_agree_compares_complex_numbers_whole():
+    with pytest.raises(AssertionError, match="differ by 1"):
+        attnlib.agree(torch.tensor([1 + 1j]), torch.tensor([1 + 0j]), within=0.5)
+    assert attnlib.agree(torch.tensor([1 + 1j]), np.array([1 + 1j]), within=1e-12) == "equal within 1e-12"
+
+
+def test_a_config_as_a_dict_builds_the_same_model():
+    import dataclasses
+
+    config = attnlib.GPTConfig(vocab_size=10, d_model=16, h=2, L=1)
+    assert GPT(**dataclasses.asdict(config)).config == config
 
 
 @pytest.mark.parametrize("call,exc,fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -205,13 +347,15 @@ def test_numpy_integers_are_accepted_as_sizes():
 
 # Public names that take no input, or whose input is any object: nothing to reject.
 NO_INPUT = {"EXAMPLE", "SWAPPED", "TOY_VOCAB", "PIPELINE", "IGNORE_INDEX", "pipeline_figure", "accelerators",
-            "SKIPPED", "FULL", "DIAGONAL", "CONTROLS", "MAX_T", "MAX_NUMBERS"}
+            "SKIPPED", "FULL", "DIAGONAL", "CONTROLS", "MAX_T", "MAX_NUMBERS", "MAX_CHARS", "PLANTED", "QUESTIONS",
+            "CONFIG", "SEEDS", "WEIGHTS", "gpt2_sources", "Answers", "Finding"}
 
 
 def _public_names() -> set[str]:
     names = set(attnlib.__all__)
     for module in ("text", "embedding", "position", "projections", "attention", "heads", "block", "model", "train",
-                   "plots", "explore", "costs", "reference", "runtime", "tiled", "batches"):
+                   "plots", "explore", "costs", "reference", "runtime", "tiled", "batches", "live", "reading",
+                   "gpt2_reading", "induction", "gpt2", "display"):
         names |= set(getattr(__import__(f"attnlib.{module}", fromlist=["__all__"]), "__all__", ()))
     return names - NO_INPUT
 
@@ -221,7 +365,8 @@ def test_every_public_entry_point_has_a_bad_input_case():
     used: set[str] = set()
     here = pathlib.Path(__file__)
     # the further chapters' modules, and chapter 8's shipped models, keep their bad-input cases beside their tests
-    beside = ("fuzz", "explore", "tiled", "batches", "stack_weights", "audit")
+    beside = ("fuzz", "explore", "tiled", "batches", "stack_weights", "induction", "gpt2", "gpt2_reading", "live",
+              "audit")
     for path in [here] + [here.with_name(f"test_{name}.py") for name in beside]:
         used |= {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
         used |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}

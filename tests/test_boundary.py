@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlib import GPT, Block, MultiHeadAttention, ToyTokenizer, attention, causal_mask
+from attnlib import GPT, Block, GPTConfig, MultiHeadAttention, ToyTokenizer, attention, causal_mask
 from attnlib.costs import ops_called
 
 # ---------------------------------------------------------------------------------------------- the mask
@@ -277,3 +277,168 @@ def test_a_mask_in_the_other_boolean_convention_is_named_not_turned_into_zeros()
         attention(Q, Q, Q, causal=False, mask=torch.zeros(3, 3, dtype=torch.bool))
     out = attention(Q, Q, Q, causal=False, mask=blocked)             # without the causal mask some keys are left
     assert (out[:, -1] == 0).all() and not (out[:, 0] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------- how specs are bound
+
+
+def _boundary_functions():
+    """Every function of attnlib (modules and classes) wrapped by boundary: it carries its spec."""
+    import importlib
+    import pkgutil
+
+    import attnlib
+
+    seen = {}
+    for info in pkgutil.walk_packages(attnlib.__path__, "attnlib."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            members = vars(obj).values() if inspect.isclass(obj) else [obj]
+            for fn in members:
+                fn = getattr(fn, "__func__", fn)
+                if callable(fn) and hasattr(fn, "spec") and hasattr(fn, "__wrapped__"):
+                    seen[f"{fn.__module__}.{fn.__qualname__}"] = fn
+    return seen
+
+
+def test_every_spec_is_bound_by_reference_and_takes_the_functions_arguments():
+    from attnlib._validate import boundary
+
+    found = _boundary_functions()
+    assert len(found) > 60
+    for name, fn in found.items():
+        assert callable(fn.spec) and not isinstance(fn.spec, str), name
+    with pytest.raises(TypeError, match="spec function itself"):
+        boundary("_scores_args")
+
+
+def test_no_library_source_names_a_spec_by_a_string():
+    from pathlib import Path
+
+    import attnlib
+
+    for path in Path(attnlib.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert '@boundary("' not in text and "@boundary('" not in text, path
+
+
+def test_a_spec_may_only_return_names_the_function_takes():
+    from attnlib._validate import boundary
+
+    def spec(x):
+        return {"y": 1}
+
+    @boundary(spec)
+    def f(x):
+        return x
+
+    with pytest.raises(TypeError, match=r"returned \['y'\], which .*f does not take"):
+        f(1)
+
+    def short_spec(x):
+        return None
+
+    with pytest.raises(TypeError, match=r"must take the arguments of .*g.*missing \['z'\]"):
+        @boundary(short_spec)
+        def g(x, z):
+            return x
+
+
+def test_the_boundary_makes_every_tensor_argument_contiguous():
+    from attnlib._validate import boundary
+
+    seen = []
+
+    @boundary(lambda a, b: None)
+    def f(a, b):
+        seen.append((a.is_contiguous(), b.is_contiguous()))
+
+    f(torch.randn(4, 3).T, torch.randn(3, 4)[:, ::2])
+    assert seen == [(True, True)]
+
+
+def test_user_code_inside_a_boundary_is_checked_again():
+    from attnlib._validate import boundary, user_code
+
+    def outer_spec(fn):
+        return None
+
+    @boundary(outer_spec)
+    def run(fn):
+        with user_code():
+            return fn()
+
+    with pytest.raises(ValueError, match="T_k=3 must be at least T_q=5"):
+        run(lambda: causal_mask(5, 3))
+
+
+# ---------------------------------------------------------------------------------------------- silent classes
+
+
+def test_causal_attention_with_more_queries_than_keys_is_an_error():
+    Q, K = torch.randn(2, 5, 4), torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match="T_k=3 must be at least T_q=5"):
+        attention(Q, K, K)
+    with pytest.raises(ValueError, match="T_k=3 must be at least T_q=5"):
+        attention(Q, K, K, mask=torch.ones(5, 3, dtype=torch.bool))
+    assert attention(Q, K, K, causal=False).shape == (2, 5, 4)   # without the mask, any T_q reads every key
+
+
+def test_a_mask_of_the_other_convention_is_an_error_for_one_sequence_too():
+    from attnlib import padding_mask
+
+    is_pad = torch.tensor([[False, False, True], [False, False, False]])   # row 1 has no padding
+    Q = torch.randn(2, 1, 3, 4)
+    with pytest.raises(ValueError, match=r"lets no query read any key.*index \(1, 0\).*~mask"):
+        attention(Q, Q, Q, mask=~padding_mask(is_pad))
+    with pytest.raises(ValueError, match="lets no query read any key"):
+        MultiHeadAttention(8, 2)(torch.randn(2, 3, 8), mask=~padding_mask(is_pad))
+    left = torch.tensor([[True, True, False], [False, False, False]])      # left padding: pad queries read nothing
+    assert attention(Q, Q, Q, mask=padding_mask(left)).shape == (2, 1, 3, 4)
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "sinusoidal"])
+def test_train_checks_its_windows_against_max_T(pos):
+    from attnlib.train import train
+
+    model = GPT(GPTConfig(vocab_size=10, d_model=16, h=2, L=1, max_T=8, pos=pos))
+    with pytest.raises(ValueError, match="T=16 exceeds the context length max_T=8"):
+        train(model, torch.randint(0, 10, (100,)), T=16, steps=1)
+
+
+def test_setting_an_option_of_the_frozen_config_on_the_model_is_an_error():
+    model = GPT(GPTConfig(vocab_size=10, d_model=16, h=2, L=1))
+    with pytest.raises(AttributeError, match=r"model.causal is an option of the model's frozen config.*replace"):
+        model.causal = False
+    model.extra = 1   # any other attribute is the nn.Module's business
+
+
+# ---------------------------------------------------------------------------------------------- what a listing shows
+
+
+def test_show_source_leaves_the_boundary_line_out_unless_asked():
+    import attnlib
+
+    for obj in (attnlib.scores, attnlib.MultiHeadAttention, attnlib.GPT.forward):
+        assert "@boundary" not in attnlib.show_source(obj).data
+    assert "@boundary(_scores_args)" in attnlib.show_source(attnlib.scores, boundary=True).data
+    assert "show_source" not in attnlib.runtime.__all__ and attnlib.show_source.__module__ == "attnlib.display"
+
+
+def test_multi_head_forward_is_a_short_listing_of_named_steps():
+    source = inspect.getsource(MultiHeadAttention.forward)
+    body = source.split('"""')[-1].strip().splitlines()
+    assert len(body) <= 8, body
+    assert "self.qkv(" in source and "cache.extend(" in source and "repeat_kv(" in source
+    assert "self.attend_heads(" in source and "merge_heads(" in source
+
+
+def test_attend_heads_checks_its_heads():
+    mha = MultiHeadAttention(8, 2)
+    Q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"K must be \(B=1, h=2, T_k, d_head=4\)"):
+        mha.attend_heads(Q, torch.randn(1, 3, 3, 4), Q)
+    with pytest.raises(ValueError, match="T_k=2 must be at least T_q=3"):
+        mha.attend_heads(Q, Q[:, :, :2], Q[:, :, :2])
+    out, weights = mha.attend_heads(Q, Q, Q, return_weights=True)
+    assert out.shape == (1, 2, 3, 4) and weights.shape == (1, 2, 3, 3)

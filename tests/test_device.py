@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+import attnlib
 from attnlib import GPT, pick_device, runtime
 
 
@@ -41,9 +42,31 @@ def test_pick_device_prefers_cuda_then_mps_then_cpu(machine, cuda, mps, expected
 
 @pytest.mark.parametrize("forced", ["cpu", "cuda", "cuda:1", "mps"])
 def test_attnlib_device_overrides_the_choice(machine, monkeypatch, forced):
-    machine(cuda=False, mps=False)
+    machine(cuda=True, mps=True)
     monkeypatch.setenv("ATTNLIB_DEVICE", forced)
     assert pick_device() == torch.device(forced)
+
+
+@pytest.mark.parametrize(("forced", "what"), [("cuda", "CUDA"), ("cuda:1", "CUDA"), ("mps", "MPS")])
+def test_an_override_names_an_accelerator_this_machine_lacks(machine, monkeypatch, forced, what):
+    machine(cuda=False, mps=False)
+    monkeypatch.setenv("ATTNLIB_DEVICE", forced)
+    with pytest.raises(ValueError, match=f"ATTNLIB_DEVICE='{forced}': {what}.* was asked for, but this machine has no"):
+        pick_device()
+
+
+def test_cuda_on_a_machine_without_it_is_named_at_every_entry_point(machine):
+    from attnlib import causal_mask
+    from attnlib.costs import peak_memory, sync, time_fn
+    from attnlib.train import train
+
+    machine(cuda=False, mps=False)
+    model = attnlib.GPT(attnlib.GPTConfig(vocab_size=10, d_model=8, h=2, L=1, max_T=8))
+    for call in (lambda: causal_mask(3, device="cuda"), lambda: sync("cuda"), lambda: time_fn(lambda: 1, device="cuda"),
+                 lambda: peak_memory(lambda: 1, device="cuda"),
+                 lambda: train(model, torch.arange(20) % 10, T=4, steps=1, device="cuda")):
+        with pytest.raises(ValueError, match="CUDA was asked for, but this machine has none"):
+            call()
 
 
 def test_an_empty_override_is_ignored(machine, monkeypatch):

@@ -21,13 +21,14 @@ from .attention import (
 from .audit import audit
 from .batches import pad_prompts, position_ids
 from .block import MLP, Block
+from .display import show_source
 from .embedding import TokenEmbedding, one_hot_embedding, running_X0
 from .explore import explore, model_scores
 from .heads import KVCache, MultiHeadAttention, merge_heads, repeat_kv, split_heads
 from .model import GPT, GPTConfig
 from .position import LearnedPositions, apply_rope, rope_angles, sinusoidal_positions
 from .projections import FusedProjections, Projections, project
-from .runtime import agree, at_most, pick_device, seed_everything, setup, show_source
+from .runtime import agree, at_most, pick_device, seed_everything, setup
 from .text import EXAMPLE, SWAPPED, CharTokenizer, ToyTokenizer, example_ids, load_text
 from .tiled import online_softmax, online_softmax_step, tile_plan, tiled_attention
 

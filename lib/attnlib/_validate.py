@@ -6,7 +6,7 @@ so a wrong input fails at once with a message that names what was expected and w
 wrong result. A wrong type or dtype raises TypeError; a wrong size, shape or value raises ValueError.
 
 Sizes may be Python or NumPy integers (they come back as ``int``). Tensors may be views of any layout
-(transposed, sliced, expanded): the functions make them contiguous before computing, so a view gives exactly
+(transposed, sliced, expanded): :func:`boundary` makes them contiguous before computing, so a view gives exactly
 the bits of its copy. Nothing is broadcast quietly: tensors that are combined must share their batch axes.
 NaN and ±inf inside tensors are *not* looked for: that would cost a pass over every input on every call,
 and torch's own kernels do not look either.
@@ -14,6 +14,7 @@ and torch's own kernels do not look either.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "boundary", "require_fits",
+    "boundary", "user_code", "require_fits",
     "require_tensor", "require_shape", "require_same", "require_like", "require_input", "require_batch",
     "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
     "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
@@ -39,21 +40,30 @@ _INSIDE = contextvars.ContextVar("attnlib_inside_boundary", default=False)
 
 
 def boundary(spec):
-    """Decorate a public entry point with its argument spec: ``@boundary("_name_args")`` above the ``def``.
+    """Decorate a public entry point with its argument spec, by reference: ``@boundary(_name_args)`` above the
+    ``def``, the spec defined before it (never a name looked up as a string).
 
-    ``spec`` is a function, or the name of one in the decorated function's module, looked up at the first call
-    (so the specs can follow the computations they guard, at the end of the module). It receives every argument
-    by name (defaults filled in) and raises a clear error for a bad one; it may
-    return a dict of normalised values (``int`` for a NumPy size, a contiguous copy of a view, …) that replace
-    the arguments of those names. The decorated body is then the computation alone. A call made while another
-    boundary is running (the library calling its own public functions, a model's forward calling its blocks)
-    skips the spec: those arguments were checked where they came in, or the library made them. So a value is
-    checked once per call, and a model's forward reads its ``ids`` once, not once per layer.
+    The spec receives every argument by name (defaults filled in) and raises a clear error for a bad one. It may
+    return a dict of normalised values (``int`` for a NumPy size, a filled-in config, …) for names the function
+    takes; any other name is an error, not dropped. After it, every tensor argument is made contiguous, here and
+    nowhere else: a view of any layout (transposed, sliced, expanded) gives exactly the bits of its copy. The
+    decorated body is then the computation alone.
+
+    A call made while another boundary is running (the library calling its own public functions, a model's
+    forward calling its blocks) skips the spec: those arguments were checked where they came in, or the library
+    made them, so a model's forward reads its ``ids`` once, not once per layer. A spec that calls the library
+    with values of its own making must therefore check what a nested call would have checked (``train`` checks
+    its T against the model's max_T). Where the library runs *user* code inside a boundary (a learner's function,
+    a callback), it runs it under :func:`user_code`, so the library functions that code calls check their
+    arguments again.
     """
+    if isinstance(spec, str) or not callable(spec):
+        raise TypeError(f"boundary takes the spec function itself, @boundary(_name_args), got {_show(spec)}")
 
     def wrap(fn):
         signature = inspect.signature(fn)
-        check = (lambda: inspect.unwrap(fn).__globals__[spec]) if isinstance(spec, str) else (lambda: spec)
+        takes = tuple(signature.parameters)
+        _require_spec_takes(spec, fn, takes)
 
         @functools.wraps(fn)
         def checked(*args, **kwargs):
@@ -64,9 +74,16 @@ def boundary(spec):
             except TypeError as e:
                 raise TypeError(f"{fn.__qualname__}(): {e}") from None
             bound.apply_defaults()
-            normalised = check()(**bound.arguments)
+            normalised = spec(**bound.arguments)
             if normalised:
+                unknown = [k for k in normalised if k not in takes]
+                if unknown:
+                    raise TypeError(f"the spec {spec.__qualname__} of {fn.__qualname__} returned {unknown}, which "
+                                    f"{fn.__qualname__} does not take (it takes {list(takes)})")
                 bound.arguments.update(normalised)
+            for k, v in bound.arguments.items():
+                if isinstance(v, torch.Tensor):
+                    bound.arguments[k] = v.contiguous()   # any memory layout gives the bits of a plain copy
             token = _INSIDE.set(True)
             try:
                 return fn(*bound.args, **bound.kwargs)
@@ -74,10 +91,37 @@ def boundary(spec):
                 _INSIDE.reset(token)
 
         checked.__signature__ = signature
+        checked.spec = spec
         return checked
 
     return wrap
 
+
+def _require_spec_takes(spec, fn, takes: tuple) -> None:
+    """A spec takes every argument of its function by name (or ``**args``), and nothing that has no default more."""
+    try:
+        params = inspect.signature(spec).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    missing = [n for n in takes if n not in params]
+    extra = [n for n, p in params.items() if n not in takes and p.default is p.empty
+             and p.kind not in (p.VAR_POSITIONAL,)]
+    if missing or extra:
+        raise TypeError(f"the spec {spec.__qualname__} must take the arguments of {fn.__qualname__}, {list(takes)}: "
+                        f"missing {missing}, extra {extra}")
+
+
+@contextlib.contextmanager
+def user_code():
+    """Run code that is not the library's (a learner's function, a callback) inside a boundary: the library
+    functions it calls check their arguments again, as they would at the top level."""
+    token = _INSIDE.set(False)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
 
 
 def _show(v) -> str:
@@ -175,16 +219,25 @@ def require_callable(fn, name: str = "fn"):
 
 
 def require_device(device, name: str = "device") -> torch.device:
-    """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device; as a torch.device."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', or a torch.device, got {_show(device)}")
-    try:
-        return torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
-                         "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+    """A device name torch knows ('cpu', 'cuda', 'cuda:1', 'mps', …) or a torch.device, that this machine has;
+    as a torch.device. ``'cuda'`` on a machine without CUDA says so here, not in torch's "not compiled with CUDA"."""
+    if not isinstance(device, torch.device):
+        if not isinstance(device, str):
+            raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', or a torch.device, got "
+                            f"{_show(device)}")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"{name}={device!r} is not a device torch knows; expected a name such as "
+                             "'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+    if device.type in ("cuda", "mps"):
+        from .runtime import accelerators  # the library's one probe (tests replace it, never torch's)
+
+        if not accelerators()[device.type]:
+            what = "CUDA" if device.type == "cuda" else "MPS (Apple's GPU)"
+            raise ValueError(f"{name}={str(device)!r}: {what} was asked for, but this machine has none; "
+                             "expected 'cpu' or a device that attnlib.pick_device() finds")
+    return device
 
 
 def require_dtype(dtype, name: str = "dtype", *, allow_bool: bool = False) -> torch.dtype:
@@ -299,6 +352,7 @@ def require_ids(ids, vocab_size: int, name: str = "ids", *, like: torch.Tensor |
     if like is not None and ids.device != like.device:
         raise ValueError(f"{name} is on {ids.device} but the model is on {like.device}; "
                          f"use {name}.to({str(like.device)!r})")
+    require_readable(ids, name)
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab_size:
@@ -552,6 +606,7 @@ def require_positions(positions, T: int, *, batch: int | None, name: str = "posi
     if positions.dim() not in (1, 2) or got[-1] != T or (positions.dim() == 2 and batch not in (None, got[0])):
         B = "B" if batch is None else f"B={batch}"
         raise ValueError(f"{name} must be (T={T},) or ({B}, T={T}), one position per row of x, got {got}")
+    require_readable(positions, name)
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"{name} must be integers ≥ 0, got {int(positions.min())}")
     return positions
@@ -600,26 +655,31 @@ def require_attention_mask(mask, shape, *, like: torch.Tensor, causal: bool, nam
                          f"{tuple(mask.shape)}: with {mask.dim()} axes its first axis would be read as the scores' "
                          f"axis {len(shape) - mask.dim()}, not axis 0")
     require_mask(mask, shape, name, like=like)
-    if math.prod(shape):
+    if math.prod(shape) and mask.device.type != "meta":
         T_q, T_k = shape[-2:]
-        readable = mask
-        if causal:   # the causal mask's True entries: key j on or before query i's position i + T_k - T_q
-            readable = mask & torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril(T_k - T_q)
-        if not bool(readable.any()):
+        causal_part = torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril(T_k - T_q)
+        readable = mask & causal_part if causal else mask   # the causal mask's True: key j ≤ query i + T_k − T_q
+        other = ~mask & causal_part if causal else ~mask    # what the other convention would read
+        empty = ~readable.flatten(-2).any(-1) & other.flatten(-2).any(-1)   # per sequence (and head) of the mask
+        if bool(empty.any()):
+            at = "" if empty.dim() == 0 else f" (at index {tuple(empty.nonzero()[0].tolist())} of its leading axes)"
             raise ValueError(f"{name} {tuple(mask.shape)} lets no query read any key"
-                             f"{' (on or before its own position)' if causal else ''}, so every output would be 0: "
-                             "expected True = may attend, as F.scaled_dot_product_attention reads it; a mask with "
-                             "True = blocked (nn.MultiheadAttention's convention) must be inverted, ~mask")
+                             f"{' (on or before its own position)' if causal else ''} in one sequence{at}, so its "
+                             "outputs would all be 0, while the inverted mask would let them read: expected True = "
+                             "may attend, as F.scaled_dot_product_attention reads it; a mask with True = blocked "
+                             "(nn.MultiheadAttention's convention) must be inverted, ~mask")
     return mask
 
 
-def require_fits(owner: str, parameters: dict[str, int]) -> None:
+def require_fits(owner: str, parameters: dict[str, int], *, what: str = "parameters", device=None) -> None:
     """Fail before allocating when parameters cannot fit in this machine's memory, naming the size that asks most.
 
-    parameters: each size as it was given (``"vocab_size=50257"``) → the number of entries it brings. Nothing is
-    checked where nothing is allocated here (the meta device, an accelerator) or the memory size is unknown.
+    parameters: each size as it was given (``"vocab_size=50257"``) → the number of entries it brings (``what``:
+    "parameters" of a model, "numbers" of a mask, a table or a plan). Nothing is checked where nothing is allocated
+    here (the meta device, an accelerator: ``device``, else torch's default) or the memory size is unknown.
     """
-    if torch.get_default_device().type != "cpu" or not hasattr(os, "sysconf"):
+    where = torch.get_default_device() if device is None else torch.device(device)
+    if where.type != "cpu" or not hasattr(os, "sysconf"):
         return
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -629,6 +689,6 @@ def require_fits(owner: str, parameters: dict[str, int]) -> None:
     total = sum(parameters.values())
     if total * width > memory:
         name = max(parameters, key=parameters.get)
-        raise MemoryError(f"{owner} asks for about {total:,} parameters, {total * width:,} bytes of "
+        raise MemoryError(f"{owner} asks for about {total:,} {what}, {total * width:,} bytes of "
                           f"{torch.get_default_dtype()}, more than this machine's {memory:,} bytes of memory; the "
                           f"most is for {name}: {parameters[name] * width:,} bytes")

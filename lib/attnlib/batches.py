@@ -16,34 +16,10 @@ from ._validate import _show, boundary, require_choice, require_is_pad, require_
 __all__ = ["pad_prompts", "position_ids"]
 
 
-@boundary("_pad_prompts_args")
-def pad_prompts(prompts, pad_id: int, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
-    """A list of B prompts, each a (T_b,) tensor of token IDs → ids (B, T) and is_pad (B, T), T = max T_b.
-
-    ``side="left"`` puts the pads before each prompt (for generation), ``"right"`` after it (for training).
-    """
-    B, T, device = len(prompts), max(len(p) for p in prompts), prompts[0].device
-    ids = torch.full((B, T), pad_id, dtype=torch.long, device=device)      # (B, T), pads everywhere at first
-    is_pad = torch.ones(B, T, dtype=torch.bool, device=device)             # (B, T)
-    for b, p in enumerate(prompts):
-        cols = slice(T - len(p), T) if side == "left" else slice(0, len(p))
-        ids[b, cols], is_pad[b, cols] = p, False
-    return ids, is_pad
-
-
-@boundary("_position_ids_args")
-def position_ids(is_pad: torch.Tensor) -> torch.Tensor:
-    """is_pad (B, T) → positions (B, T): each real token's index among its row's real tokens.
-
-    positions = cumsum(real) − 1, so a row's first real token is at position 0 however many pads come
-    before it; pads before it get 0 too (clamped: −1 would index the last row of a table).
-    """
-    return ((~is_pad).long().cumsum(-1) - 1).clamp(min=0)
-
-
 # ---------------------------------------------------------------------------------------------- argument specs
-# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
-# name, so the specs can follow the computations).
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
 
 
 def _pad_prompts_args(prompts, pad_id, side):
@@ -85,3 +61,28 @@ def _require_no_negative_ids(prompts) -> None:
 
 def _position_ids_args(is_pad):
     return {"is_pad": require_is_pad(is_pad)}
+
+
+@boundary(_pad_prompts_args)
+def pad_prompts(prompts, pad_id: int, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
+    """A list of B prompts, each a (T_b,) tensor of token IDs → ids (B, T) and is_pad (B, T), T = max T_b.
+
+    ``side="left"`` puts the pads before each prompt (for generation), ``"right"`` after it (for training).
+    """
+    B, T, device = len(prompts), max(len(p) for p in prompts), prompts[0].device
+    ids = torch.full((B, T), pad_id, dtype=torch.long, device=device)      # (B, T), pads everywhere at first
+    is_pad = torch.ones(B, T, dtype=torch.bool, device=device)             # (B, T)
+    for b, p in enumerate(prompts):
+        cols = slice(T - len(p), T) if side == "left" else slice(0, len(p))
+        ids[b, cols], is_pad[b, cols] = p, False
+    return ids, is_pad
+
+
+@boundary(_position_ids_args)
+def position_ids(is_pad: torch.Tensor) -> torch.Tensor:
+    """is_pad (B, T) → positions (B, T): each real token's index among its row's real tokens.
+
+    positions = cumsum(real) − 1, so a row's first real token is at position 0 however many pads come
+    before it; pads before it get 0 too (clamped: −1 would index the last row of a table).
+    """
+    return ((~is_pad).long().cumsum(-1) - 1).clamp(min=0)

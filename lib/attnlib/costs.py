@@ -36,7 +36,41 @@ __all__ = [
 ]
 
 
-@boundary("_sizes_args")
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
+
+_SIZES = ("B", "T", "d_model", "h", "L", "vocab_size", "max_T", "h_kv", "d_head", "bytes_per_number")
+
+
+def _sizes_args(**args) -> dict:
+    """The formulas' arguments: sizes positive ints (h divides d_model), d_ff an int (None: 4·d_model), a switch
+    True or False, ``pos`` one of GPT's choices."""
+    out = dict(zip((n for n in _SIZES if n in args), require_positive(**{n: args[n] for n in _SIZES if n in args})))
+    if "h" in out:
+        require_divisible(out["d_model"], out["h"])
+    if "d_ff" in args:
+        out["d_ff"] = 4 * out["d_model"] if args["d_ff"] is None else require_positive(d_ff=args["d_ff"])[0]
+    for flag in ("bias", "backward"):
+        if flag in args:
+            out[flag], = require_flags(**{flag: args[flag]})
+    if "pos" in args:
+        out["pos"] = require_choice(args["pos"], "pos", ("learned", "sinusoidal", "rope", None))
+    return out
+
+
+def _attention_params_args(d_model, h, h_kv, bias):
+    (d_model, h), (bias,) = require_positive(d_model=d_model, h=h), require_flags(bias=bias)
+    require_divisible(d_model, h)
+    return {"d_model": d_model, "h": h, "h_kv": require_kv_heads(h, h_kv), "bias": bias}
+
+
+def _sync_args(device):
+    return {"device": None if device is None else require_device(device)}
+
+
+@boundary(_sizes_args)
 def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
     """Forward matmul FLOPs of causal multi-head self-attention on x (B, T, d_model), stage by stage.
 
@@ -51,7 +85,7 @@ def attention_flops(B: int, T: int, d_model: int, h: int) -> dict[str, int]:
     }
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def block_flops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Forward matmul FLOPs of one Transformer block: the attention stages, the MLP (4·B·T·d_model·d_ff), total.
 
@@ -63,7 +97,7 @@ def block_flops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -
     return f
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d_ff: int | None = None,
                 *, backward: bool = False) -> dict[str, int]:
     """Forward matmul FLOPs of :class:`attnlib.GPT` on ids (B, T): embedding 0 (a table lookup), L blocks, head.
@@ -79,7 +113,7 @@ def model_flops(B: int, T: int, d_model: int, h: int, L: int, vocab_size: int, d
     return f
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Rough counts of the elementwise work in one block (not matmuls, so FlopCounterMode counts none of it).
 
@@ -91,7 +125,7 @@ def elementwise_ops(B: int, T: int, d_model: int, h: int, d_ff: int | None = Non
             "gelu": 8 * B * T * d_ff, "layernorms": 2 * 8 * B * T * d_model}
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) -> dict[str, int]:
     """Parameters of one block: W_QKV and W_O (4·d_model² + biases), MLP (2·d_model·d_ff + biases), 2 LayerNorms.
 
@@ -109,7 +143,7 @@ def block_params(d_model: int, d_ff: int | None = None, *, bias: bool = True) ->
     return p
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | None = None,
                  *, pos: str | None = "learned") -> dict[str, int]:
     """Parameters of :class:`attnlib.GPT`: token table, position table (learned only), L blocks, final LN, head."""
@@ -124,7 +158,7 @@ def model_params(vocab_size: int, d_model: int, L: int, max_T: int, d_ff: int | 
     return p
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None = None) -> dict[str, int]:
     """Elements of the tensor each stage of one block produces (multiply by bytes per element for memory).
 
@@ -147,6 +181,7 @@ def activation_elements(B: int, T: int, d_model: int, h: int, d_ff: int | None =
 # ---------------------------------------------------------------------------------------------- measuring
 # The measuring functions run ``fn()``, the caller's own code, so they are no @boundary: inside a boundary the
 # library's functions that fn calls would skip their checks (and their copies of views), and be measured without.
+# (Code that must run user code inside a boundary runs it under _validate.user_code(), which restores the checks.)
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -213,7 +248,7 @@ def _match_patterns(match) -> tuple[str, ...]:
     return tuple(match)
 
 
-@boundary("_sync_args")
+@boundary(_sync_args)
 def sync(device=None) -> None:
     """Wait for queued GPU work, so a timer measures the work and not only its launch."""
     _wait(device)
@@ -319,7 +354,7 @@ def peak_memory(fn: Callable[[], object], device=None) -> int:
 # ------------------------------------------------------------------------------- grouped-query attention (ch. 10)
 
 
-@boundary("_attention_params_args")
+@boundary(_attention_params_args)
 def attention_params(d_model: int, h: int, h_kv: int | None = None, *, bias: bool = True) -> dict[str, int]:
     """Parameters of one ``MultiHeadAttention(d_model, h, h_kv=h_kv)``, matrix by matrix (biases included).
 
@@ -334,7 +369,7 @@ def attention_params(d_model: int, h: int, h_kv: int | None = None, *, bias: boo
     return p
 
 
-@boundary("_sizes_args")
+@boundary(_sizes_args)
 def kv_cache_bytes(L: int, h_kv: int, d_head: int, *, bytes_per_number: int = 2) -> int:
     """Bytes of KV cache one token adds to a model of L layers: 2 (K and V) · L · h_kv · d_head numbers.
 
@@ -342,36 +377,3 @@ def kv_cache_bytes(L: int, h_kv: int, d_head: int, *, bytes_per_number: int = 2)
     whole cache; the number of query heads h does not appear.
     """
     return 2 * L * h_kv * d_head * bytes_per_number
-
-
-# ---------------------------------------------------------------------------------------------- argument specs
-# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
-# name, so the specs can follow the computations).
-
-_SIZES = ("B", "T", "d_model", "h", "L", "vocab_size", "max_T", "h_kv", "d_head", "bytes_per_number")
-
-
-def _sizes_args(**args) -> dict:
-    """The formulas' arguments: sizes positive ints (h divides d_model), d_ff an int (None: 4·d_model), a switch
-    True or False, ``pos`` one of GPT's choices."""
-    out = dict(zip((n for n in _SIZES if n in args), require_positive(**{n: args[n] for n in _SIZES if n in args})))
-    if "h" in out:
-        require_divisible(out["d_model"], out["h"])
-    if "d_ff" in args:
-        out["d_ff"] = 4 * out["d_model"] if args["d_ff"] is None else require_positive(d_ff=args["d_ff"])[0]
-    for flag in ("bias", "backward"):
-        if flag in args:
-            out[flag], = require_flags(**{flag: args[flag]})
-    if "pos" in args:
-        out["pos"] = require_choice(args["pos"], "pos", ("learned", "sinusoidal", "rope", None))
-    return out
-
-
-def _attention_params_args(d_model, h, h_kv, bias):
-    (d_model, h), (bias,) = require_positive(d_model=d_model, h=h), require_flags(bias=bias)
-    require_divisible(d_model, h)
-    return {"d_model": d_model, "h": h, "h_kv": require_kv_heads(h, h_kv), "bias": bias}
-
-
-def _sync_args(device):
-    return {"device": None if device is None else require_device(device)}

@@ -102,6 +102,80 @@ VIEW_MODULES = ("core", "layout", "paint", "table", "keys", "view")
 MODULES = VIEW_MODULES + ("stored", "start")
 
 
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
+
+
+def _layer_head(layer, head, L: int, h: int, of: str = "") -> dict:
+    layer, head = require_nonnegative(layer=layer, head=head)
+    if layer >= L or head >= h:
+        raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1}{of}, got layer={layer}, head={head}")
+    return {"layer": layer, "head": head}
+
+
+def _weights_args(self, layer, head, scaled, causal, temperature):
+    scaled, causal = require_flags(scaled=scaled, causal=causal)
+    return {**_layer_head(layer, head, self._data["L"], self._data["h"]), "scaled": scaled, "causal": causal,
+            "temperature": require_number(temperature, "temperature", above=0)}
+
+
+def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, layer, head, query, layer_label):
+    """S raw scores of a square table (checked, not converted: the body converts it), controls as a set, query as a
+    position (T − 1 for None)."""
+    S = _scores_table(S)
+    L, h, T = S.shape[0], S.shape[1], S.shape[2]
+    if T > MAX_T:
+        raise ValueError(f"T must be at most {MAX_T} tokens for a readable figure, got T={T}")
+    if S.numel() > MAX_NUMBERS:
+        raise ValueError(f"S must hold at most {MAX_NUMBERS} scores (L·h·T·T) to keep the page light, got "
+                         f"{S.numel()} for shape (L={L}, h={h}, T={T}, T={T}); show fewer tokens or heads")
+    tokens = require_labels(tokens, T)
+    d_k, = require_positive(d_k=d_k)
+    if isinstance(controls, str) or not isinstance(controls, (list, tuple, set, frozenset)):
+        raise TypeError(f"controls must be a tuple of names from {CONTROLS}, got {controls!r} "
+                        f"({type(controls).__name__})")
+    chosen = {require_choice(c, "each control", CONTROLS) for c in controls}
+    scaled, causal = require_flags(scaled=scaled, causal=causal)
+    lo, hi, _ = TEMPERATURE_RANGE
+    temperature = require_number(temperature, "temperature", above=0)
+    if not lo <= temperature <= hi:
+        raise ValueError(f"temperature must be between {lo} and {hi} (the slider's range), got {temperature}")
+    where = _layer_head(layer, head, L, h, f" for S of shape (L={L}, h={h}, T, T)")
+    query = T - 1 if query is None else require_nonnegative(query=query)[0]
+    if query >= T:
+        raise ValueError(f"query must be a position in 0..{T - 1}, got {query}")
+    if not isinstance(title, str) or not isinstance(layer_label, str):
+        bad = "title" if not isinstance(title, str) else "layer_label"
+        raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
+    return {"tokens": tokens, "d_k": d_k, "controls": chosen, "scaled": scaled, "causal": causal,
+            "temperature": temperature, **where, "query": query}
+
+
+def _model_scores_args(model, ids):
+    """A Pre-Norm GPT and one sequence of its token IDs, (T,) or (1, T) → (1, T), on any device but meta."""
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
+    if model.config.norm != "pre":
+        raise ValueError(f"model must be Pre-Norm (norm='pre') so that block l's Q and K come from ln_1(X_l), "
+                         f"got norm={model.config.norm!r}")
+    require_tensor(ids, "ids")
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
+    if ids.device.type == "meta":
+        raise ValueError("ids are on the meta device, which hold no values: expected token IDs on a device such "
+                         "as 'cpu' or 'cuda' (they are copied to the CPU)")
+    require_ids(ids, model.config.vocab_size)      # here: the model's own check is skipped inside this call
+    if ids.shape[1] > model.config.max_T:
+        raise ValueError(f"ids hold T={ids.shape[1]} tokens, more than the model's max_T={model.config.max_T}")
+    return {"ids": ids}
+
+
 @cache
 def _asset(name: str) -> str:
     """A file shipped with the package (js/*.js, explore.css), read once, as it is inlined into a page.
@@ -206,7 +280,7 @@ class AttentionExplorer(_Figure):
     def d_k(self) -> int:
         return self._data["d_k"]
 
-    @boundary("_weights_args")
+    @boundary(_weights_args)
     def weights(self, layer: int = 0, head: int = 0, *, scaled: bool = True, causal: bool = True,
                 temperature: float = 1.0) -> torch.Tensor:
         """P (T, T) = softmax(S / (√d_k · τ) + M) from the stored scores, as the figure computes it.
@@ -303,7 +377,7 @@ def _caption(label: str, controls: dict, st: dict) -> str:
     return ", ".join(parts) + WORDS["rows"] + (WORDS["masked"] if st["causal"] else ".")
 
 
-@boundary("_explore_args")
+@boundary(_explore_args)
 def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), scaled: bool = True,
             causal: bool = True, temperature: float = 1.0, layer: int = 0, head: int = 0,
             query: int | None = None, layer_label: str = "block") -> AttentionExplorer:
@@ -316,7 +390,9 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     scaled, causal, temperature, layer, head: what the figure shows first. query: the query whose lines are
     drawn first (default: the last position, T − 1). layer_label: the menu's word for a layer.
     """
-    L, h, T, _ = S.shape                                    # S: float64 (L, h, T, T) on the CPU
+    S = torch.as_tensor(S).detach().to("cpu", torch.float64)     # raw scores, as float64 on the CPU
+    S = S.reshape((1,) * (4 - S.dim()) + tuple(S.shape))         # (T, T) or (h, T, T) → (L, h, T, T)
+    L, h, T, _ = S.shape
     data = {
         "v": 1, "title": title, "tokens": tokens,
         "labels": labels(tokens),   # a word-initial space shown as '▁', as in the plots
@@ -330,7 +406,7 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     return AttentionExplorer(data)
 
 
-@boundary("_model_scores_args")
+@boundary(_model_scores_args)
 @torch.no_grad()
 def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
     """Raw scores S = Q Kᵀ (L, h, T, T) of every head of every block of a Pre-Norm ``GPT``, for ids (T,) or (1, T).
@@ -349,75 +425,3 @@ def model_scores(model, ids: torch.Tensor) -> torch.Tensor:
         K = repeat_kv(K, Q.shape[1] // K.shape[1])            # each K head for its group of query heads
         tables.append(scores(Q, K)[0])                        # (h, T, T)
     return torch.stack(tables)
-
-
-# ---------------------------------------------------------------------------------------------- argument specs
-# Checked once per call from outside the library (see attnlib._validate.boundary, which finds a spec by its
-# name, so the specs can follow the computations).
-
-
-def _layer_head(layer, head, L: int, h: int, of: str = "") -> dict:
-    layer, head = require_nonnegative(layer=layer, head=head)
-    if layer >= L or head >= h:
-        raise ValueError(f"layer must be in 0..{L - 1} and head in 0..{h - 1}{of}, got layer={layer}, head={head}")
-    return {"layer": layer, "head": head}
-
-
-def _weights_args(self, layer, head, scaled, causal, temperature):
-    scaled, causal = require_flags(scaled=scaled, causal=causal)
-    return {**_layer_head(layer, head, self._data["L"], self._data["h"]), "scaled": scaled, "causal": causal,
-            "temperature": require_number(temperature, "temperature", above=0)}
-
-
-def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, layer, head, query, layer_label):
-    """S as a float64 (L, h, T, T) table on the CPU, controls as a set, query as a position (T − 1 for None)."""
-    S = _scores_table(S)
-    L, h, T = S.shape[0], S.shape[1], S.shape[2]
-    if T > MAX_T:
-        raise ValueError(f"T must be at most {MAX_T} tokens for a readable figure, got T={T}")
-    if S.numel() > MAX_NUMBERS:
-        raise ValueError(f"S must hold at most {MAX_NUMBERS} scores (L·h·T·T) to keep the page light, got "
-                         f"{S.numel()} for shape (L={L}, h={h}, T={T}, T={T}); show fewer tokens or heads")
-    tokens = require_labels(tokens, T)
-    d_k, = require_positive(d_k=d_k)
-    if isinstance(controls, str) or not isinstance(controls, (list, tuple, set, frozenset)):
-        raise TypeError(f"controls must be a tuple of names from {CONTROLS}, got {controls!r} "
-                        f"({type(controls).__name__})")
-    chosen = {require_choice(c, "each control", CONTROLS) for c in controls}
-    scaled, causal = require_flags(scaled=scaled, causal=causal)
-    lo, hi, _ = TEMPERATURE_RANGE
-    temperature = require_number(temperature, "temperature", above=0)
-    if not lo <= temperature <= hi:
-        raise ValueError(f"temperature must be between {lo} and {hi} (the slider's range), got {temperature}")
-    where = _layer_head(layer, head, L, h, f" for S of shape (L={L}, h={h}, T, T)")
-    query = T - 1 if query is None else require_nonnegative(query=query)[0]
-    if query >= T:
-        raise ValueError(f"query must be a position in 0..{T - 1}, got {query}")
-    if not isinstance(title, str) or not isinstance(layer_label, str):
-        bad = "title" if not isinstance(title, str) else "layer_label"
-        raise TypeError(f"{bad} must be a string, got {type(title if bad == 'title' else layer_label).__name__}")
-    return {"S": S, "tokens": tokens, "d_k": d_k, "controls": chosen, "scaled": scaled, "causal": causal,
-            "temperature": temperature, **where, "query": query}
-
-
-def _model_scores_args(model, ids):
-    """A Pre-Norm GPT and one sequence of its token IDs, (T,) or (1, T) → (1, T), on any device but meta."""
-    from .model import GPT
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
-    if model.config.norm != "pre":
-        raise ValueError(f"model must be Pre-Norm (norm='pre') so that block l's Q and K come from ln_1(X_l), "
-                         f"got norm={model.config.norm!r}")
-    require_tensor(ids, "ids")
-    if ids.dim() == 1:
-        ids = ids[None]
-    if ids.dim() != 2 or ids.shape[0] != 1:
-        raise ValueError(f"ids must be one sequence, (T,) or (1, T), got shape {tuple(ids.shape)}")
-    if ids.device.type == "meta":
-        raise ValueError("ids are on the meta device, which hold no values: expected token IDs on a device such "
-                         "as 'cpu' or 'cuda' (they are copied to the CPU)")
-    require_ids(ids, model.config.vocab_size)      # here: the model's own check is skipped inside this call
-    if ids.shape[1] > model.config.max_T:
-        raise ValueError(f"ids hold T={ids.shape[1]} tokens, more than the model's max_T={model.config.max_T}")
-    return {"ids": ids}

@@ -11,15 +11,36 @@ whose columns are W_Q, then W_K, then W_V: the same order as attnlib's ``W_QKV``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from ._validate import boundary, require_choice
+from ._validate import boundary, require_choice, require_flags
 from .model import GPT, GPTConfig
 
 __all__ = ["from_gpt2", "to_gpt2", "load_gpt2", "weight_pairs"]
 
 # activation_function names of GPT2Config → attnlib's gelu option
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
+
+
+def _require_pair(gpt, hf) -> None:
+    _, GPT2LMHeadModel = _gpt2_classes()
+    if not isinstance(gpt, GPT):
+        raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
+    if not isinstance(hf, GPT2LMHeadModel):
+        raise TypeError(f"hf must be a transformers GPT2LMHeadModel, got {type(hf).__name__}")
+    c, g = hf.config, gpt.config
+    ours = (g.vocab_size, g.d_model, g.h, g.L, g.max_T, g.d_ff)
+    theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
+    if ours != theirs or g.pos != "learned" or g.h_kv != g.h or not g.bias:
+        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
+                         f"learned positions, biases and h_kv = h: GPT has {ours}, pos={g.pos!r}, "
+                         f"bias={g.bias}, h_kv={g.h_kv}; GPT-2 has {theirs}")
+    if g.tie != _tied(hf):
+        raise ValueError(f"both models must tie the output head to the token table, or neither: the GPT has "
+                         f"tie={g.tie}, GPT-2's lm_head {'is' if _tied(hf) else 'is not'} its wte; a tied head "
+                         f"has no pair of its own, so one side's head would be left out")
 
 
 def _gpt2_classes():
@@ -30,7 +51,7 @@ def _gpt2_classes():
     return GPT2Config, GPT2LMHeadModel
 
 
-@boundary("_require_pair")
+@boundary(_require_pair)
 def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     """(attnlib tensor, GPT-2 tensor, transpose?) for every weight of two models of the same sizes.
 
@@ -57,25 +78,6 @@ def weight_pairs(gpt: GPT, hf) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
     if not gpt.config.tie:
         pairs.append((gpt.head.weight, hf.lm_head.weight, False))
     return pairs
-
-
-def _require_pair(gpt, hf) -> None:
-    _, GPT2LMHeadModel = _gpt2_classes()
-    if not isinstance(gpt, GPT):
-        raise TypeError(f"gpt must be an attnlib GPT, got {type(gpt).__name__}")
-    if not isinstance(hf, GPT2LMHeadModel):
-        raise TypeError(f"hf must be a transformers GPT2LMHeadModel, got {type(hf).__name__}")
-    c, g = hf.config, gpt.config
-    ours = (g.vocab_size, g.d_model, g.h, g.L, g.max_T, g.d_ff)
-    theirs = (c.vocab_size, c.n_embd, c.n_head, c.n_layer, c.n_positions, c.n_inner or 4 * c.n_embd)
-    if ours != theirs or g.pos != "learned" or g.h_kv != g.h or not g.bias:
-        raise ValueError(f"the models must have the same sizes (vocab_size, d_model, h, L, max_T, d_ff), "
-                         f"learned positions, biases and h_kv = h: GPT has {ours}, pos={g.pos!r}, "
-                         f"bias={g.bias}, h_kv={g.h_kv}; GPT-2 has {theirs}")
-    if g.tie != _tied(hf):
-        raise ValueError(f"both models must tie the output head to the token table, or neither: the GPT has "
-                         f"tie={g.tie}, GPT-2's lm_head {'is' if _tied(hf) else 'is not'} its wte; a tied head "
-                         f"has no pair of its own, so one side's head would be left out")
 
 
 def _tied(hf) -> bool:
@@ -143,13 +145,26 @@ def to_gpt2(gpt: GPT):
     return hf.eval()
 
 
+def _load_gpt2_args(name_or_path, local_files_only):
+    if isinstance(name_or_path, Path):
+        name_or_path = str(name_or_path)
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise TypeError(f"name_or_path must be a Hub name such as 'gpt2' or a folder (a str or a Path), got "
+                        f"{name_or_path!r} ({type(name_or_path).__name__})")
+    local_files_only, = require_flags(local_files_only=local_files_only)
+    return {"name_or_path": name_or_path, "local_files_only": local_files_only}
+
+
+@boundary(_load_gpt2_args)
 def load_gpt2(name_or_path: str = "gpt2", *, local_files_only: bool = False) -> GPT:
     """Load a pretrained GPT-2 (a Hub name such as "gpt2", or a folder written by ``save_pretrained``) as a GPT.
 
     Loading by name downloads the weights once (it needs a network); a folder is read from disk.
     """
     _, GPT2LMHeadModel = _gpt2_classes()
-    if not isinstance(name_or_path, str):
-        raise TypeError(f"name_or_path must be a str, got {type(name_or_path).__name__}")
-    hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=local_files_only)
+    try:
+        hf = GPT2LMHeadModel.from_pretrained(name_or_path, local_files_only=local_files_only)
+    except OSError as e:   # no such folder, and no such name on the Hub or no network to ask it
+        raise OSError(f"name_or_path={name_or_path!r} is neither a folder written by save_pretrained nor a GPT-2 "
+                      f"this machine can download now ({type(e).__name__}: {str(e).splitlines()[0]})") from None
     return from_gpt2(hf.eval())

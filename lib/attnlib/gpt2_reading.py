@@ -33,7 +33,17 @@ from unittest import mock
 import torch
 from torch import nn
 
-from .reading import Place, find_line, line_changed, show_code
+from ._validate import (
+    _integer,
+    _show,
+    boundary,
+    require_dtype,
+    require_fits,
+    require_nonnegative,
+    require_positive,
+    require_readable,
+)
+from .reading import Place, _line_changed_args, find_line, line_changed, show_code
 
 __all__ = ["gpt2_sources", "tiny_gpt2", "ask_gpt2", "Answers", "line_finding", "Finding", "PLANTED",
            "planted_bug", "show_planted", "QUESTIONS"]
@@ -51,6 +61,36 @@ def _transformers():
     return modeling_gpt2, masking_utils
 
 
+def _tiny_gpt2_args(seed, dtype, vocab_size):
+    seed, = require_nonnegative(seed=seed)   # 2.5 and True are not seeds
+    if seed >= 2**63:
+        raise ValueError(f"seed must be below 2**63 (torch's limit), got {seed}")
+    vocab_size, = require_positive(vocab_size=vocab_size)
+    require_fits("tiny_gpt2", {f"vocab_size={vocab_size} (n_embd=16)": 2 * 16 * vocab_size})
+    return {"seed": seed, "dtype": require_dtype(dtype), "vocab_size": vocab_size}
+
+
+def _ask_gpt2_args(model, ids):
+    _require_eager(model)
+    if ids is not None:
+        _require_prompt(ids, model)
+
+
+def _line_finding_args(question, places, model):
+    question = _integer(question, "question", "1, 2, 3 or 4")   # True is not question 1
+    if question not in QUESTIONS:
+        raise ValueError(f"question must be 1, 2, 3 or 4, got {question!r}")
+    _line_changed_args(places, None, True, None)   # a non-empty list of Place
+    if model is not None:
+        _require_eager(model)
+    return {"question": question}
+
+
+def _letter_args(letter):
+    if not isinstance(letter, str) or letter not in PLANTED:
+        raise ValueError(f"letter must be one of {', '.join(PLANTED)}, got {_show(letter)}")
+
+
 def gpt2_sources() -> list[Callable]:
     """The functions of the installed ``transformers`` that make GPT-2's attention and its mask: the block, the
     attention module and its eager core, then the model's forward, which builds the causal mask once per pass
@@ -60,6 +100,7 @@ def gpt2_sources() -> list[Callable]:
             m.create_causal_mask, m._preprocess_mask_arguments, m.eager_mask, m.sdpa_mask, m.causal_mask_function]
 
 
+@boundary(_tiny_gpt2_args)
 def tiny_gpt2(seed: int = 0, *, dtype: torch.dtype = torch.float64, vocab_size: int = 32):
     """A random-init GPT-2 in eval mode (d_model = 16, h = 4, L = 2, 16 positions, eager attention), built without
     moving the caller's random state. Never downloaded."""
@@ -98,6 +139,10 @@ def _require_prompt(ids, model) -> torch.Tensor:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int32, torch.int64):
         shown = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise TypeError(f"ids must be an integer tensor (B, T), got {shown}")
+    require_readable(ids, "ids")
+    if ids.device != model.device:
+        raise ValueError(f"ids is on {ids.device} but the model is on {model.device}; "
+                         f"use ids.to({str(model.device)!r})")
     if not T_PAST < ids.shape[1] <= n:
         raise ValueError(f"ids must hold {T_PAST + 1} to n_positions={n} tokens per row, got T={ids.shape[1]}")
     if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < V):
@@ -342,11 +387,11 @@ _PASS = {1: "the per-head projections of LN₁(X), cached keys and values includ
          4: "P · V"}
 
 
+@boundary(_ask_gpt2_args)
 def ask_gpt2(model, ids: torch.Tensor | None = None) -> Answers:
     """Ask the four questions of a running GPT-2 (eager attention) by measurement, on a whole prompt of 6 tokens
     and on a cached step (4 cached, 2 new): see the module's docstring for what each check compares."""
-    _require_eager(model)
-    ids = _ids(model) if ids is None else _require_prompt(ids, model)
+    ids = _ids(model) if ids is None else ids
     problems: dict[int, list[str]] = {q: [] for q in QUESTIONS}
     kw = _cache_keyword(model)
     with torch.no_grad():
@@ -525,6 +570,7 @@ def _confirm(question: int, places: Sequence[Place], model, ids, where: dict) ->
     return _same(got, predicted) and not _same(got, _logits(model, ids))
 
 
+@boundary(_line_finding_args)
 def line_finding(question: int, places: Sequence[Place], model=None) -> Finding:
     """What the line at ``places`` computes in block 0 of a whole prompt, and whether changing it as the answer
     to ``question`` says changes ``model`` (default: :func:`tiny_gpt2`) as that answer predicts:
@@ -534,10 +580,7 @@ def line_finding(question: int, places: Sequence[Place], model=None) -> Finding:
     3. the line taken out: the library's GPT with GPT-2's weights and ``causal=False``;
     4. P · K in place of P · V there: GPT-2 with W_V replaced by W_K.
     """
-    if question not in QUESTIONS:
-        raise ValueError(f"question must be 1, 2, 3 or 4, got {question!r}")
     model = tiny_gpt2() if model is None else model
-    _require_eager(model)
     ids = _ids(model)
     h = model.config.n_head
     blocks = _Blocks(model)
@@ -604,6 +647,7 @@ def _planted(letter: str) -> tuple[Callable, str, str]:
     return target, old, new
 
 
+@boundary(_letter_args)
 @contextlib.contextmanager
 def planted_bug(letter: str) -> Iterator[None]:
     """Inside the ``with`` block, GPT-2 runs copy ``letter`` of its code (one line changed, see :data:`PLANTED`)."""
@@ -616,6 +660,7 @@ def planted_bug(letter: str) -> Iterator[None]:
         yield
 
 
+@boundary(_letter_args)
 def show_planted(letter: str):
     """Display copy ``letter`` of the function it changes, as the installed source with the planted line in place."""
     fn, old, new = _planted(letter)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ._validate import _show, boundary, require_ids, require_nonnegative, require_positive, require_shape
 from .model import GPT, GPTConfig
-from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run
+from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run, _weights_metadata
 
 __all__ = [
     "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
@@ -43,6 +43,33 @@ CONFIG = {"model": GPTConfig(vocab_size=32, d_model=64, h=4, L=2, max_T=48, pos=
 SEEDS = (0, 1, 2, 3)
 WEIGHTS = Path(__file__).with_name("data") / "heads.safetensors"
 _MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
+
+
+def _targets_args(ids) -> None:
+    require_shape(ids, "ids", "... T", float_only=False)
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
+
+
+def _induction_args(P, ids) -> None:
+    d = _require_table(P)
+    _targets_args(ids)
+    if ids.shape[-1] != d["T"]:
+        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
+    if ids.dim() == 2:
+        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
+            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
+                             f"P {tuple(P.shape)}")
+    elif ids.dim() != 1:
+        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
+    if int(induction_targets(ids).any(-1).sum(-1).min()) == 0:
+        raise ValueError("no query token appears twice in ids, so there is nothing to score")
+
+
+def _previous_token_args(P) -> None:
+    T = _require_table(P)["T"]
+    if T < 2:
+        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
 
 
 def repeated_blocks(B: int, n: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -79,13 +106,13 @@ def _require_table(P) -> dict[str, int]:
     return d
 
 
-@boundary("_previous_token_args")
+@boundary(_previous_token_args)
 def previous_token_score(P: torch.Tensor) -> torch.Tensor:
     """P (…, T, T) → (…): the mean weight a query puts on the position just before it, over i ≥ 1."""
     return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
-@boundary("_targets_args")
+@boundary(_targets_args)
 def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     """ids (…, T) → bool (…, T, T): True at (i, j + 1) where j < i is the latest earlier
     position with the same token as position i. Rows of first-seen tokens are all False."""
@@ -100,7 +127,7 @@ def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     return target
 
 
-@boundary("_induction_args")
+@boundary(_induction_args)
 def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """P (B, h, T, T) with ids (B, T), or P (…, T, T) with ids (T,) → P.shape[:-2]: the mean
     weight on the token right after the previous occurrence of the query's token, over the
@@ -229,16 +256,8 @@ def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:
 
 
 def _metadata(path) -> dict:
-    from safetensors import safe_open
-
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or a Path to a safetensors file, got {_show(path)}")
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no weights file at {path} (`python -m attnlib.induction` writes the shipped one)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata()
-    return {"config": json.loads(meta["config"]), "seeds": json.loads(meta["seeds"]),
-            "losses": json.loads(meta["losses"])}
+    return _weights_metadata(path, ("config", "seeds", "losses"), "attnlib.induction.load_models",
+                             "`python -m attnlib.induction` writes the shipped one")
 
 
 def _recipe_from_file(flat: dict) -> dict:
@@ -278,33 +297,6 @@ def main(argv: list[str] | None = None) -> None:
     runs = {f"seed{seed}": _timed_run(f"seed {seed}", lambda seed=seed: train_induction(seed), last=50)
             for seed in SEEDS}
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)), "seeds": json.dumps(list(SEEDS))})
-
-
-def _targets_args(ids) -> None:
-    require_shape(ids, "ids", "... T", float_only=False)
-    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-        raise TypeError(f"ids must hold integer token IDs, got dtype {ids.dtype}")
-
-
-def _induction_args(P, ids) -> None:
-    d = _require_table(P)
-    _targets_args(ids)
-    if ids.shape[-1] != d["T"]:
-        raise ValueError(f"ids must have T={d['T']} positions like P, got shape {tuple(ids.shape)}")
-    if ids.dim() == 2:
-        if P.dim() != 4 or P.shape[0] != ids.shape[0]:
-            raise ValueError(f"ids (B, T) go with P (B, h, T, T), got ids {tuple(ids.shape)} and "
-                             f"P {tuple(P.shape)}")
-    elif ids.dim() != 1:
-        raise ValueError(f"ids must be (T,) or (B, T), got shape {tuple(ids.shape)}")
-    if int(induction_targets(ids).any(-1).sum(-1).min()) == 0:
-        raise ValueError("no query token appears twice in ids, so there is nothing to score")
-
-
-def _previous_token_args(P) -> None:
-    T = _require_table(P)["T"]
-    if T < 2:
-        raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
 
 
 if __name__ == "__main__":

@@ -29,11 +29,12 @@ import base64
 import copy
 import html
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-from ._validate import boundary
+from ._validate import _show, boundary
 from .explore import VIEW_MODULES, WORDS, _asset, _Figure, _help_html, _script, _table_box
 from .text import CharTokenizer, labels
 
@@ -66,6 +67,85 @@ LIVE_WORDS = {
 }
 
 
+def _live_args(model, tokenizer, text, title):
+    c = _require_gpt(model).config
+    wanted = {"norm": "pre", "pos": "rope", "causal": True, "bias": True, "gelu": "exact", "tie": False}
+    wrong = {k: getattr(c, k) for k, v in wanted.items() if getattr(c, k) != v}
+    if wrong or c.h_kv != c.h:
+        got = ", ".join(f"{k}={v!r}" for k, v in wrong.items()) or f"h_kv={c.h_kv}"
+        kind = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+        raise ValueError(f"the page runs chapter 8's kind of model ({kind}, h_kv = h), got {got}")
+    if not isinstance(tokenizer, CharTokenizer) or tokenizer.vocab_size != c.vocab_size:
+        raise ValueError(f"tokenizer must be the model's CharTokenizer, with vocab_size={c.vocab_size}, got "
+                         f"{type(tokenizer).__name__}"
+                         + (f" with {tokenizer.vocab_size}" if isinstance(tokenizer, CharTokenizer) else ""))
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
+    kept, _ = page_text(text, tokenizer.vocab)
+    if not 1 <= len(kept) <= MAX_CHARS:
+        raise ValueError(f"text must keep 1 to {MAX_CHARS} characters of the model's vocabulary, got {len(kept)} "
+                         f"from {text!r}")
+    if c.max_T < MAX_CHARS:
+        raise ValueError(f"the page runs up to {MAX_CHARS} positions, so the model's max_T must be at least "
+                         f"{MAX_CHARS}, got max_T={c.max_T}")
+    return {}
+
+
+def _require_gpt(model, name: str = "model"):
+    """An attnlib GPT whose weights can be read (not on the meta device)."""
+    from .model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"{name} must be an attnlib GPT, got {_show(model)}")
+    if model.embed.table.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds no weights to copy: expected a model on a "
+                         "device such as 'cpu' (model.to_empty(device='cpu') and load its weights)")
+    return model
+
+
+def _page_text_args(text, vocab):
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {_show(text)}")
+    if isinstance(vocab, str) or not isinstance(vocab, (list, tuple)) or not all(isinstance(v, str) for v in vocab):
+        raise TypeError(f"vocab must be a list of strings (a CharTokenizer's vocab), got {_show(vocab)}")
+
+
+def _half_model_args(model):
+    _require_gpt(model)
+
+
+_PAGE_KEYS = {"config": dict, "vocab": list, "weights": str, "tensors": list}
+_PAGE_CONFIG = ("d_model", "h", "L", "d_ff", "max_T", "eps")
+
+
+def _page_model_args(data):
+    if not isinstance(data, Mapping):
+        raise TypeError(f"data must be a live figure's payload (a dict, LiveModel.data), got {_show(data)}")
+    missing = [k for k in _PAGE_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"data must be a live figure's payload with keys {sorted(_PAGE_KEYS)}, got keys "
+                         f"{sorted(data)} (missing {missing})")
+    for k, kind in _PAGE_KEYS.items():
+        if not isinstance(data[k], kind):
+            raise TypeError(f"data[{k!r}] must be a {kind.__name__}, got {_show(data[k])}")
+    absent = [k for k in _PAGE_CONFIG if k not in data["config"]]
+    if absent:
+        raise ValueError(f"data['config'] must hold {list(_PAGE_CONFIG)}, missing {absent}")
+    try:
+        n = len(base64.b64decode(data["weights"], validate=True)) // 2
+        want = sum(math.prod(shape) for _, shape, _ in data["tensors"])
+    except (ValueError, TypeError):
+        raise ValueError("data['weights'] must be base64 float16 numbers and data['tensors'] a list of "
+                         "[name, shape, offset]") from None
+    if n != want:
+        raise ValueError(f"data['weights'] holds {n} float16 numbers, but data['tensors'] describes {want}")
+
+
+def _live_ids_args(self, text):
+    _page_text_args(text, self.vocab)
+
+
+@boundary(_page_text_args)
 def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
     """What the page does with a typed text: (the text it runs, the characters it left out, each once, in order).
 
@@ -82,6 +162,7 @@ def page_text(text: str, vocab: list[str]) -> tuple[str, list[str]]:
     return "".join(kept), left
 
 
+@boundary(_half_model_args)
 def half_model(model):
     """A copy of ``model`` whose every parameter is rounded to float16 and kept in float32: the page's model."""
     model = copy.deepcopy(model).float().eval()
@@ -91,6 +172,7 @@ def half_model(model):
     return model
 
 
+@boundary(_page_model_args)
 def page_model(data: dict):
     """The GPT a live figure's JSON describes, rebuilt from its base64 float16 weights: what the page runs.
 
@@ -143,10 +225,12 @@ class LiveModel(_Figure):
         """The text the figure shows first."""
         return self._data["text"]
 
+    @boundary(_live_ids_args)
     def page_text(self, text: str) -> tuple[str, list[str]]:
         """What the page does with a typed text: see :func:`page_text`."""
         return page_text(text, self.vocab)
 
+    @boundary(_live_ids_args)
     def ids(self, text: str) -> torch.Tensor:
         """The token IDs (1, T) the page runs for a typed text (see :func:`page_text`)."""
         kept, _ = page_text(text, self.vocab)
@@ -175,38 +259,10 @@ class LiveModel(_Figure):
                 f"float16 weights {self.weights_nbytes / 1000:.1f} kB>")
 
 
-@boundary("_live_args")
+@boundary(_live_args)
 def live(model, tokenizer: CharTokenizer, text: str = "the lion and the mouse", *, title: str = "") -> LiveModel:
     """A figure that runs ``model`` (a Pre-Norm, causal, RoPE ``GPT`` over ``tokenizer``'s characters) in the page.
 
     text: what the box holds first (at most :data:`MAX_CHARS` characters, after :func:`page_text`).
     """
     return LiveModel(model, list(tokenizer.vocab), text, title)
-
-
-def _live_args(model, tokenizer, text, title):
-    from .model import GPT
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be an attnlib GPT, got {type(model).__name__}")
-    c = model.config
-    wanted = {"norm": "pre", "pos": "rope", "causal": True, "bias": True, "gelu": "exact", "tie": False}
-    wrong = {k: getattr(c, k) for k, v in wanted.items() if getattr(c, k) != v}
-    if wrong or c.h_kv != c.h:
-        got = ", ".join(f"{k}={v!r}" for k, v in wrong.items()) or f"h_kv={c.h_kv}"
-        kind = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
-        raise ValueError(f"the page runs chapter 8's kind of model ({kind}, h_kv = h), got {got}")
-    if not isinstance(tokenizer, CharTokenizer) or tokenizer.vocab_size != c.vocab_size:
-        raise ValueError(f"tokenizer must be the model's CharTokenizer, with vocab_size={c.vocab_size}, got "
-                         f"{type(tokenizer).__name__}"
-                         + (f" with {tokenizer.vocab_size}" if isinstance(tokenizer, CharTokenizer) else ""))
-    if not isinstance(text, str) or not isinstance(title, str):
-        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
-    kept, _ = page_text(text, tokenizer.vocab)
-    if not 1 <= len(kept) <= MAX_CHARS:
-        raise ValueError(f"text must keep 1 to {MAX_CHARS} characters of the model's vocabulary, got {len(kept)} "
-                         f"from {text!r}")
-    if c.max_T < MAX_CHARS:
-        raise ValueError(f"the page runs up to {MAX_CHARS} positions, so the model's max_T must be at least "
-                         f"{MAX_CHARS}, got max_T={c.max_T}")
-    return {}

@@ -7,7 +7,7 @@ Each block has its own parameters: the structure repeats, the weights do not. Ev
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -44,163 +44,6 @@ __all__ = ["GPT", "GPTConfig", "IGNORE_INDEX"]
 IGNORE_INDEX = -100   # a target equal to this is skipped by GPT.loss (the value torch's cross_entropy uses)
 
 
-@dataclass(frozen=True)
-class GPTConfig:
-    """Every option of :class:`GPT` in one place: ``GPT(config)`` builds the model, ``model.config`` gives it
-    back. The defaults are the course's model; GPT-2 uses ``tie=True, gelu="tanh"`` (:mod:`attnlib.gpt2`).
-
-    ``pos``: "learned" or "sinusoidal" (added to X₀), "rope" (rotates Q and K in every block) or None.
-    ``causal=False`` removes the mask everywhere (chapter 8's leak experiment).
-    ``tie``: the output head reuses the token embedding table (head.weight is embed.table).
-    ``gelu``: "exact" or "tanh" (the approximation GPT-2 calls ``gelu_new``).
-    ``bias``: False removes every bias (projections, MLP, LayerNorm shifts). ``eps``: every LayerNorm's ε.
-    ``h_kv``: key/value heads per attention layer, each shared by h / h_kv query heads (chapter 10).
-
-    The options are checked once, here, and stored as plain Python values (a NumPy size becomes an int).
-    The derived sizes are filled in: ``d_ff`` None → 4·d_model, ``h_kv`` None → h, ``d_head`` = d_model / h.
-    ``dataclasses.replace(config, d_model=…)`` keeps the filled-in d_ff and h_kv: pass them again if they
-    should follow.
-    """
-
-    vocab_size: int
-    d_model: int = 64
-    h: int = 4
-    L: int = 2
-    d_ff: int | None = None
-    max_T: int = 128
-    pos: str | None = "learned"
-    norm: str = "pre"
-    causal: bool = True
-    backend: str = "sdpa"
-    tie: bool = False
-    gelu: str = "exact"
-    bias: bool = True
-    eps: float = 1e-5
-    h_kv: int | None = None
-    d_head: int = field(init=False, repr=False)
-
-    def __post_init__(self):
-        for name, value in _config_fields(self).items():
-            object.__setattr__(self, name, value)   # frozen: filled in once, here
-
-
-class GPT(nn.Module):
-    """A decoder-only Transformer built from a :class:`GPTConfig`.
-
-    ``GPT(config)``, or the config's fields directly: ``GPT(vocab_size, d_model, h, L, pos="rope", …)``
-    builds ``GPTConfig(vocab_size, d_model, h, L, pos="rope", …)`` once.
-    """
-
-    @boundary("_init_args")
-    def __init__(self, config: GPTConfig | int | None = None, /, *sizes, **options):
-        super().__init__()
-        c = self.config = _as_config(config, sizes, options)   # GPT(config) or GPT(vocab_size, d_model, …)
-        self.embed = TokenEmbedding(c.vocab_size, c.d_model)                   # ids → X₀
-        self.positions = LearnedPositions(c.max_T, c.d_model) if c.pos == "learned" else None
-        self.blocks = nn.ModuleList(
-            Block(c.d_model, c.h, c.d_ff, norm=c.norm, rope=c.pos == "rope", backend=c.backend, bias=c.bias,
-                  gelu=c.gelu, eps=c.eps, h_kv=c.h_kv) for _ in range(c.L))
-        self.ln_f = nn.LayerNorm(c.d_model, eps=c.eps, bias=c.bias)           # final LayerNorm
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)            # X_L → logits
-        if c.tie:
-            self.head.weight = self.embed.table   # one (vocab_size, d_model) parameter, used twice
-
-    @boundary("_embed_args")
-    def embed_tokens(self, ids: torch.Tensor, offset: int = 0, *,
-                     positions: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T) → X₀ (B, T, d_model): token embedding plus absolute position, if any.
-
-        ``offset`` (≥ 0) is the position of the first token, when earlier positions sit in a KV cache.
-        ``positions`` (B, T), one position per token (a padded batch, chapter 11), replaces the offset's.
-        """
-        c, T = self.config, ids.shape[-1]
-        X = self.embed(ids)                                                    # (B, T, d_model)
-        if c.pos == "learned":
-            X = X + self.positions(T, offset, positions=positions)
-        elif c.pos == "sinusoidal":
-            PE = sinusoidal_positions(c.max_T, c.d_model).to(X)                # (max_T, d_model)
-            X = X + (PE[offset:offset + T] if positions is None else PE[positions])
-        return X
-
-    def _padding(self, is_pad: torch.Tensor | None, offset: int):
-        """is_pad (B, T_past + T) of the whole sequence so far → mask (B, 1, 1, T_past + T), positions (B, T)."""
-        if is_pad is None:
-            return None, None
-        return padding_mask(is_pad), position_ids(is_pad)[:, offset:]
-
-    @boundary("_hidden_args")
-    def hidden_states(self, ids: torch.Tensor, *, is_pad: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """[X₀, X₁, …, X_L], each (B, T, d_model): the residual stream after every block."""
-        mask, positions = self._padding(is_pad, 0)
-        X = [self.embed_tokens(ids, positions=positions)]
-        for block in self.blocks:
-            X.append(block(X[-1], causal=self.config.causal, mask=mask, positions=positions))   # reads X_l, never X₀
-        return X
-
-    @boundary("_forward_args")
-    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None, *,
-                is_pad: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T) → logits (B, T, vocab_size) for the next token at every position.
-
-        ``caches``: one KVCache per block, all holding the same T_past earlier positions of this batch;
-        ids are then the tokens at positions T_past … T_past + T − 1.
-        ``is_pad`` (B, T_past + T), True at a padding token of the whole sequence so far: padding is never
-        read, and each row counts its positions from its own first real token (chapter 11).
-        """
-        offset = len(caches[0]) if caches else 0                   # T_past positions already cached
-        mask, positions = self._padding(is_pad, offset)            # (B, 1, 1, T_past + T), (B, T)
-        X = self.embed_tokens(ids, offset, positions=positions)    # (B, T, d_model)
-        for l, block in enumerate(self.blocks):
-            X = block(X, causal=self.config.causal, cache=caches[l] if caches else None, mask=mask,
-                      positions=positions)
-        return self.head(self.ln_f(X))                             # (B, T, vocab_size)
-
-    @boundary("_loss_args")
-    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of predicting targets (B, T) from ids (B, T).
-
-        A target equal to ``IGNORE_INDEX`` (−100) is skipped; at least one target must count.
-        """
-        logits = self(ids)                                         # (B, T, vocab_size)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
-
-    @torch.no_grad()
-    @boundary("_generate_args")
-    def generate(self, ids: torch.Tensor, n_new: int, *, use_cache: bool = True, temperature: float = 0.0,
-                 generator: torch.Generator | None = None, is_pad: torch.Tensor | None = None) -> torch.Tensor:
-        """Append n_new tokens to ids (B, T), one at a time. temperature 0 picks the most likely token.
-
-        With ``use_cache`` each step feeds only the newest token and reuses the cached K and V of the
-        earlier positions; without it each step recomputes the whole prefix. Both give the same tokens.
-        The last new token is never fed back, so T + n_new − 1 positions must fit in max_T.
-        ``is_pad`` (B, T): prompts of different lengths, **left**-padded (``pad_prompts(..., side="left")``),
-        so that every row's newest token is in the last column; each row gets the tokens it would get alone.
-        """
-        caches = [KVCache() for _ in self.blocks] if use_cache else None
-        step_input = ids
-        for _ in range(n_new):
-            logits = self(step_input if use_cache else ids, caches, is_pad=is_pad)[:, -1]   # (B, vocab_size)
-            if temperature > 0:
-                nxt = torch.multinomial(_sampling_probs(logits, temperature), 1, generator=generator)
-            else:
-                nxt = logits.argmax(-1, keepdim=True)                                        # (B, 1)
-            ids = torch.cat([ids, nxt], dim=1)
-            if is_pad is not None:
-                is_pad = torch.cat([is_pad, torch.zeros_like(nxt, dtype=torch.bool)], dim=1)   # nxt is real
-            step_input = nxt
-        return ids
-
-
-def _sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """softmax(logits / temperature) in at least float32. Where a tiny temperature makes logits / temperature
-    overflow, the gaps to the largest logit are divided instead: the same distribution, without inf − inf.
-    """
-    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    scaled = z / temperature
-    shifted = (z - z.amax(-1, keepdim=True)) / temperature
-    return F.softmax(torch.where(torch.isfinite(scaled).all(-1, keepdim=True), scaled, shifted), -1)
-
-
 # ------------------------------------------------------------------------------ the config's checks
 
 
@@ -230,10 +73,14 @@ def _as_config(config, sizes: tuple, options: dict) -> GPTConfig:
     if isinstance(config, Mapping):
         raise TypeError(f"GPT takes a GPTConfig or the config's fields, got a {type(config).__name__}; "
                         "write GPT(**fields) or GPT(GPTConfig(**fields))")
-    if config is None:
-        return GPTConfig(**options)   # GPT(vocab_size=…, d_model=…, …)
-    if not isinstance(config, GPTConfig):
-        return GPTConfig(config, *sizes, **options)
+    if config is None or not isinstance(config, GPTConfig):
+        options = dict(options)
+        d_head = options.pop("d_head", None)   # GPT(**dataclasses.asdict(config)) passes the derived d_head too
+        built = GPTConfig(**options) if config is None else GPTConfig(config, *sizes, **options)
+        if d_head is not None and d_head != built.d_head:
+            raise ValueError(f"d_head is derived, d_model / h = {built.d_model} / {built.h} = {built.d_head}, "
+                             f"got d_head={_show(d_head)}; leave it out")
+        return built
     if sizes or options:
         extra = [repr(v) for v in sizes] + [f"{k}={v!r}" for k, v in options.items()]
         raise TypeError(f"GPT takes a GPTConfig alone, got a GPTConfig and {', '.join(extra)}; "
@@ -362,3 +209,172 @@ def _generate_args(self, ids, n_new, use_cache, temperature, generator, is_pad) 
         raise ValueError(f"a prompt of T={T} and n_new={n_new} feeds T + n_new - 1 = {T + n_new - 1} "
                          f"positions, more than max_T={max_T}")
     return {"is_pad": is_pad, "n_new": n_new, "use_cache": use_cache, "temperature": temperature}
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Every option of :class:`GPT` in one place: ``GPT(config)`` builds the model, ``model.config`` gives it
+    back. The defaults are the course's model; GPT-2 uses ``tie=True, gelu="tanh"`` (:mod:`attnlib.gpt2`).
+
+    ``pos``: "learned" or "sinusoidal" (added to X₀), "rope" (rotates Q and K in every block) or None.
+    ``causal=False`` removes the mask everywhere (chapter 8's leak experiment).
+    ``tie``: the output head reuses the token embedding table (head.weight is embed.table).
+    ``gelu``: "exact" or "tanh" (the approximation GPT-2 calls ``gelu_new``).
+    ``bias``: False removes every bias (projections, MLP, LayerNorm shifts). ``eps``: every LayerNorm's ε.
+    ``h_kv``: key/value heads per attention layer, each shared by h / h_kv query heads (chapter 10).
+
+    The options are checked once, here, and stored as plain Python values (a NumPy size becomes an int).
+    The derived sizes are filled in: ``d_ff`` None → 4·d_model, ``h_kv`` None → h, ``d_head`` = d_model / h.
+    ``dataclasses.replace(config, d_model=…)`` keeps the filled-in d_ff and h_kv: pass them again if they
+    should follow.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    h: int = 4
+    L: int = 2
+    d_ff: int | None = None
+    max_T: int = 128
+    pos: str | None = "learned"
+    norm: str = "pre"
+    causal: bool = True
+    backend: str = "sdpa"
+    tie: bool = False
+    gelu: str = "exact"
+    bias: bool = True
+    eps: float = 1e-5
+    h_kv: int | None = None
+    d_head: int = field(init=False, repr=False)
+
+    def __post_init__(self):
+        for name, value in _config_fields(self).items():
+            object.__setattr__(self, name, value)   # frozen: filled in once, here
+
+
+_CONFIG_FIELDS = frozenset(f.name for f in fields(GPTConfig))
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer built from a :class:`GPTConfig`.
+
+    ``GPT(config)``, or the config's fields directly: ``GPT(vocab_size, d_model, h, L, pos="rope", …)``
+    builds ``GPTConfig(vocab_size, d_model, h, L, pos="rope", …)`` once.
+    """
+
+    @boundary(_init_args)
+    def __init__(self, config: GPTConfig | int | None = None, /, *sizes, **options):
+        super().__init__()
+        c = self.config = _as_config(config, sizes, options)   # GPT(config) or GPT(vocab_size, d_model, …)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model)                   # ids → X₀
+        self.positions = LearnedPositions(c.max_T, c.d_model) if c.pos == "learned" else None
+        self.blocks = nn.ModuleList(
+            Block(c.d_model, c.h, c.d_ff, norm=c.norm, rope=c.pos == "rope", backend=c.backend, bias=c.bias,
+                  gelu=c.gelu, eps=c.eps, h_kv=c.h_kv) for _ in range(c.L))
+        self.ln_f = nn.LayerNorm(c.d_model, eps=c.eps, bias=c.bias)           # final LayerNorm
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)            # X_L → logits
+        if c.tie:
+            self.head.weight = self.embed.table   # one (vocab_size, d_model) parameter, used twice
+
+    def __setattr__(self, name, value):
+        """An option of the config (``model.causal = False``) cannot be set on the model: it would change nothing."""
+        if name in _CONFIG_FIELDS:
+            raise AttributeError(f"model.{name} is an option of the model's frozen config, model.config.{name}="
+                                 f"{getattr(self.config, name)!r}; setting it on the model would change nothing. "
+                                 f"Build a new model: GPT(dataclasses.replace(model.config, {name}={value!r})), and "
+                                 "copy the weights with load_state_dict(model.state_dict())")
+        super().__setattr__(name, value)
+
+    @boundary(_embed_args)
+    def embed_tokens(self, ids: torch.Tensor, offset: int = 0, *,
+                     positions: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T) → X₀ (B, T, d_model): token embedding plus absolute position, if any.
+
+        ``offset`` (≥ 0) is the position of the first token, when earlier positions sit in a KV cache.
+        ``positions`` (B, T), one position per token (a padded batch, chapter 11), replaces the offset's.
+        """
+        c, T = self.config, ids.shape[-1]
+        X = self.embed(ids)                                                    # (B, T, d_model)
+        if c.pos == "learned":
+            X = X + self.positions(T, offset, positions=positions)
+        elif c.pos == "sinusoidal":
+            PE = sinusoidal_positions(c.max_T, c.d_model).to(X)                # (max_T, d_model)
+            X = X + (PE[offset:offset + T] if positions is None else PE[positions])
+        return X
+
+    def _padding(self, is_pad: torch.Tensor | None, offset: int):
+        """is_pad (B, T_past + T) of the whole sequence so far → mask (B, 1, 1, T_past + T), positions (B, T)."""
+        if is_pad is None:
+            return None, None
+        return padding_mask(is_pad), position_ids(is_pad)[:, offset:]
+
+    @boundary(_hidden_args)
+    def hidden_states(self, ids: torch.Tensor, *, is_pad: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """[X₀, X₁, …, X_L], each (B, T, d_model): the residual stream after every block."""
+        mask, positions = self._padding(is_pad, 0)
+        X = [self.embed_tokens(ids, positions=positions)]
+        for block in self.blocks:
+            X.append(block(X[-1], causal=self.config.causal, mask=mask, positions=positions))   # reads X_l, never X₀
+        return X
+
+    @boundary(_forward_args)
+    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None, *,
+                is_pad: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T) → logits (B, T, vocab_size) for the next token at every position.
+
+        ``caches``: one KVCache per block, all holding the same T_past earlier positions of this batch;
+        ids are then the tokens at positions T_past … T_past + T − 1.
+        ``is_pad`` (B, T_past + T), True at a padding token of the whole sequence so far: padding is never
+        read, and each row counts its positions from its own first real token (chapter 11).
+        """
+        offset = len(caches[0]) if caches else 0                   # T_past positions already cached
+        mask, positions = self._padding(is_pad, offset)            # (B, 1, 1, T_past + T), (B, T)
+        X = self.embed_tokens(ids, offset, positions=positions)    # (B, T, d_model)
+        for l, block in enumerate(self.blocks):
+            X = block(X, causal=self.config.causal, cache=caches[l] if caches else None, mask=mask,
+                      positions=positions)
+        return self.head(self.ln_f(X))                             # (B, T, vocab_size)
+
+    @boundary(_loss_args)
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of predicting targets (B, T) from ids (B, T).
+
+        A target equal to ``IGNORE_INDEX`` (−100) is skipped; at least one target must count.
+        """
+        logits = self(ids)                                         # (B, T, vocab_size)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+    @torch.no_grad()
+    @boundary(_generate_args)
+    def generate(self, ids: torch.Tensor, n_new: int, *, use_cache: bool = True, temperature: float = 0.0,
+                 generator: torch.Generator | None = None, is_pad: torch.Tensor | None = None) -> torch.Tensor:
+        """Append n_new tokens to ids (B, T), one at a time. temperature 0 picks the most likely token.
+
+        With ``use_cache`` each step feeds only the newest token and reuses the cached K and V of the
+        earlier positions; without it each step recomputes the whole prefix. Both give the same tokens.
+        The last new token is never fed back, so T + n_new − 1 positions must fit in max_T.
+        ``is_pad`` (B, T): prompts of different lengths, **left**-padded (``pad_prompts(..., side="left")``),
+        so that every row's newest token is in the last column; each row gets the tokens it would get alone.
+        """
+        caches = [KVCache() for _ in self.blocks] if use_cache else None
+        step_input = ids
+        for _ in range(n_new):
+            logits = self(step_input if use_cache else ids, caches, is_pad=is_pad)[:, -1]   # (B, vocab_size)
+            if temperature > 0:
+                nxt = torch.multinomial(_sampling_probs(logits, temperature), 1, generator=generator)
+            else:
+                nxt = logits.argmax(-1, keepdim=True)                                        # (B, 1)
+            ids = torch.cat([ids, nxt], dim=1)
+            if is_pad is not None:
+                is_pad = torch.cat([is_pad, torch.zeros_like(nxt, dtype=torch.bool)], dim=1)   # nxt is real
+            step_input = nxt
+        return ids
+
+
+def _sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) in at least float32. Where a tiny temperature makes logits / temperature
+    overflow, the gaps to the largest logit are divided instead: the same distribution, without inf − inf.
+    """
+    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    scaled = z / temperature
+    shifted = (z - z.amax(-1, keepdim=True)) / temperature
+    return F.softmax(torch.where(torch.isfinite(scaled).all(-1, keepdim=True), scaled, shifted), -1)

@@ -45,7 +45,28 @@ class WithoutResidual(torch.nn.Module):
         return b.mlp(b.ln_2(H))                      # not H + MLP(LN₂(H))
 
 
-@boundary("_deep_model_args")
+# ------------------------------------------------------------------------------------------ argument specs
+def _deep_model_args(variant, seed, vocab_size) -> dict:
+    (seed,), (vocab_size,) = require_nonnegative(seed=seed), require_positive(vocab_size=vocab_size)
+    return {"variant": require_choice(variant, "variant", tuple(DEEP_VARIANTS)), "seed": seed,
+            "vocab_size": vocab_size}
+
+
+def _train_deep_args(model, data, warmup, seed, stop) -> dict:
+    _require_model(model)
+    warmup, seed = require_nonnegative(warmup=warmup, seed=seed)
+    stop = None if stop is None else require_positive(stop=stop)[0]
+    _require_data(data, model)
+    return {"warmup": warmup, "seed": seed, "stop": stop}
+
+
+def _measure_args(model, ids, targets=None) -> None:
+    _require_model(model)
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+        raise TypeError(f"ids must be a (B, T) tensor of token IDs, got {getattr(ids, 'shape', type(ids).__name__)}")
+
+
+@boundary(_deep_model_args)
 def deep_model(variant: str = "Pre", seed: int = 0, vocab_size: int = 43) -> GPT:
     """The untrained 8-block character GPT of the recipe; every variant draws the same weights for one seed."""
     v = DEEP_VARIANTS[variant]
@@ -57,18 +78,18 @@ def deep_model(variant: str = "Pre", seed: int = 0, vocab_size: int = 43) -> GPT
     return model
 
 
-@boundary("_train_deep_args")
+@boundary(_train_deep_args)
 def train_deep(model, data: torch.Tensor, *, warmup: int = 0, seed: int = 0,
                stop: int | None = None) -> list[float]:
     """Adam on random windows (B, T) of data (N,), the rate rising linearly to DEEP["lr"] over the first
     ``warmup`` steps; windows drawn with ``seed``. Returns the loss of every step (the first ``stop`` only)."""
-    g = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=DEEP["lr"])
     losses = []
     with torch.enable_grad():
         for step in range(DEEP["steps"] if stop is None else min(stop, DEEP["steps"])):
             opt.param_groups[0]["lr"] = DEEP["lr"] * min(1.0, (step + 1) / max(warmup, 1))
-            x, y = random_batch(data, DEEP["T"], DEEP["B"], g)
+            x, y = random_batch(data, DEEP["T"], DEEP["B"], gen)
             loss = model.loss(x, y)
             opt.zero_grad()
             loss.backward()
@@ -77,7 +98,7 @@ def train_deep(model, data: torch.Tensor, *, warmup: int = 0, seed: int = 0,
     return losses
 
 
-@boundary("_measure_args")
+@boundary(_measure_args)
 def block_grad_norms(model, ids: torch.Tensor, targets: torch.Tensor) -> list[float]:
     """The norm of the loss gradient over each block's parameters, one per block (ids, targets (B, T))."""
     with torch.enable_grad():
@@ -86,7 +107,7 @@ def block_grad_norms(model, ids: torch.Tensor, targets: torch.Tensor) -> list[fl
     return [torch.cat([p.grad.flatten() for p in b.parameters()]).norm().item() for b in model.blocks]
 
 
-@boundary("_measure_args")
+@boundary(_measure_args)
 def position_spread(model, ids: torch.Tensor, targets: torch.Tensor | None = None) -> float:
     """The share of X_L (B, T, d_model) that differs from position to position: ‖X_L − mean over T‖ / ‖X_L‖.
     0 means every position holds the same vector."""
@@ -144,27 +165,6 @@ def stored_norm_runs(path: str | Path = NORM_RUNS) -> dict:
         raise FileNotFoundError(f"no stored runs at {path} (`make train-norms` writes them)")
     runs = json.loads(Path(path).read_text())["runs"]
     return {variant: {int(s): run for s, run in by_seed.items()} for variant, by_seed in runs.items()}
-
-
-# ------------------------------------------------------------------------------------------ argument specs
-def _deep_model_args(variant, seed, vocab_size) -> dict:
-    (seed,), (vocab_size,) = require_nonnegative(seed=seed), require_positive(vocab_size=vocab_size)
-    return {"variant": require_choice(variant, "variant", tuple(DEEP_VARIANTS)), "seed": seed,
-            "vocab_size": vocab_size}
-
-
-def _train_deep_args(model, data, warmup, seed, stop) -> dict:
-    _require_model(model)
-    warmup, seed = require_nonnegative(warmup=warmup, seed=seed)
-    stop = None if stop is None else require_positive(stop=stop)[0]
-    _require_data(data, model)
-    return {"warmup": warmup, "seed": seed, "stop": stop}
-
-
-def _measure_args(model, ids, targets=None) -> None:
-    _require_model(model)
-    if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
-        raise TypeError(f"ids must be a (B, T) tensor of token IDs, got {getattr(ids, 'shape', type(ids).__name__)}")
 
 
 if __name__ == "__main__":

@@ -23,19 +23,60 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from ._validate import _integer, _show, boundary, require_flags
+
 __all__ = ["Place", "source_lines", "show_code", "find_line", "line_changed"]
 
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
              ast.AsyncFunctionDef, ast.ClassDef, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
-def _function(fn) -> types.FunctionType:
+def _function(fn, name: str = "fn") -> types.FunctionType:
     """The plain Python function behind ``fn``: a method's function, a decorator's wrapped original."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     if not isinstance(target, types.FunctionType):
         shown = repr(fn) if len(repr(fn)) <= 48 else repr(fn)[:45] + "..."
-        raise TypeError(f"expected a function written in Python, got {shown} ({type(fn).__name__})")
+        raise TypeError(f"{name} must be a function written in Python, got {shown} ({type(fn).__name__})")
     return target
+
+
+def _functions(functions, name: str = "functions") -> list[types.FunctionType]:
+    if isinstance(functions, (str, bytes)) or not isinstance(functions, (list, tuple)) or not functions:
+        raise TypeError(f"{name} must be a non-empty list of functions (e.g. gpt2_sources()), got {_show(functions)}")
+    return [_function(fn, f"{name}[{i}]") for i, fn in enumerate(functions)]
+
+
+def _source_lines_args(fn, docstring):
+    _function(fn)
+    docstring, = require_flags(docstring=docstring)
+    return {"docstring": docstring}
+
+
+def _show_code_args(fn, replace):
+    _function(fn)
+    if replace is not None and not (isinstance(replace, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                                      for k, v in replace.items())):
+        raise TypeError(f"replace must be a dict of line → new line (strings), or None, got {_show(replace)}")
+
+
+def _find_line_args(line, functions):
+    if not isinstance(line, str):
+        raise TypeError(f"line must be a str, got {_show(line)}")
+    _functions(functions)
+
+
+def _line_changed_args(places, probe, delete, new):
+    delete, = require_flags(delete=delete)   # delete=1 is not True
+    if new is not None and not isinstance(new, str):
+        raise TypeError(f"new must be a line of code (a str) or None, got {_show(new)}")
+    if sum((probe is not None, delete, new is not None)) != 1:
+        raise ValueError("line_changed needs exactly one of probe=, delete=True, new=")
+    if probe is not None and not callable(probe):
+        raise TypeError(f"probe must be callable, got {type(probe).__name__}")
+    if isinstance(places, (str, bytes)) or not isinstance(places, (list, tuple)) or not places \
+            or not all(isinstance(p, Place) for p in places):
+        raise TypeError(f"places must be a non-empty list of Place (from find_line), got {_show(places)}")
+    return {"delete": delete}
 
 
 def _tree(fn: types.FunctionType) -> tuple[list[str], int, ast.FunctionDef]:
@@ -61,6 +102,7 @@ def _docstring_span(definition: ast.FunctionDef) -> range:
     return range(0)
 
 
+@boundary(_source_lines_args)
 def source_lines(fn, *, docstring: bool = False) -> list[str]:
     """The lines of ``fn``'s source as installed, dedented; the docstring left out unless ``docstring``."""
     fn = _function(fn)
@@ -75,6 +117,7 @@ def _where(fn: types.FunctionType) -> str:
     return f"{fn.__module__.replace('.', '/')}.py, {fn.__qualname__}"
 
 
+@boundary(_show_code_args)
 def show_code(fn, *, replace: dict[str, str] | None = None):
     """Display the installed source of ``fn`` (docstring left out) as a highlighted code block, headed by the file
     and the function it comes from. ``replace`` maps a line (compared without its indentation) to the line shown
@@ -100,6 +143,16 @@ class Place:
     fn: types.FunctionType
     line: int
 
+    def __post_init__(self):
+        """A Python function and one of its source lines, 1 … its length (never counted from the end)."""
+        fn = _function(self.fn)
+        n = len(_tree(fn)[0])
+        line = _integer(self.line, "line", f"a line number 1..{n}")
+        if not 1 <= line <= n:
+            raise ValueError(f"line must be a line of {fn.__qualname__}, 1..{n}, got {line}")
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "line", line)
+
     @property
     def statement(self) -> ast.stmt | None:
         """The statement that starts at this line, or None (a continuation, a comment, a blank line)."""
@@ -117,10 +170,9 @@ class Place:
         return f"{self.fn.__qualname__}, line {self.line}"
 
 
+@boundary(_find_line_args)
 def find_line(line: str, functions: Sequence[Callable]) -> list[Place]:
     """Every place where one of ``functions`` has ``line``, compared without the indentation on either side."""
-    if not isinstance(line, str):
-        raise TypeError(f"line must be a str, got {type(line).__name__}")
     wanted = line.strip()
     places = []
     for fn in functions:
@@ -195,6 +247,7 @@ def _compiled(fn: types.FunctionType, lines: list[str], first: int, change: _Cha
     return code
 
 
+@boundary(_line_changed_args)
 @contextlib.contextmanager
 def line_changed(places: Sequence[Place], *, probe: Callable | None = None, delete: bool = False,
                  new: str | None = None) -> Iterator[None]:
@@ -204,12 +257,6 @@ def line_changed(places: Sequence[Place], *, probe: Callable | None = None, dele
     names it assigns (a ``return`` passes its value), and what it returns is assigned to them again;
     ``delete=True`` takes the statement out; ``new`` replaces the line by another one (same indentation).
     """
-    if sum((probe is not None, bool(delete), new is not None)) != 1:
-        raise ValueError("line_changed needs exactly one of probe=, delete=True, new=")
-    if probe is not None and not callable(probe):
-        raise TypeError(f"probe must be callable, got {type(probe).__name__}")
-    if not places or not all(isinstance(p, Place) for p in places):
-        raise TypeError("places must be a non-empty list of Place (from find_line)")
     by_function: dict[types.FunctionType, set[int]] = {}
     for p in places:
         by_function.setdefault(p.fn, set()).add(p.line)

@@ -17,7 +17,24 @@ from .heads import MultiHeadAttention
 __all__ = ["to_torch_mha", "to_torch_layer"]
 
 
-@boundary("_mha_args")
+def _mha_args(mha) -> None:
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be an attnlib MultiHeadAttention, got {type(mha).__name__}")
+    if mha.rope:
+        raise ValueError("torch's MultiheadAttention has no RoPE; compare a module built with rope=False")
+    if mha.h_kv != mha.h:
+        raise ValueError(f"torch's MultiheadAttention has one key/value head per query head (h_kv = h = "
+                         f"{mha.h}); this layer has h_kv={mha.h_kv} for h={mha.h} (grouped-query attention): "
+                         f"compare a layer built with h_kv=None")
+
+
+def _layer_args(block) -> None:
+    if not isinstance(block, Block):
+        raise TypeError(f"block must be an attnlib Block, got {type(block).__name__}")
+    _mha_args(block.attn)
+
+
+@boundary(_mha_args)
 def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """An ``nn.MultiheadAttention(batch_first=True)`` computing the same function as ``mha``.
 
@@ -35,7 +52,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     return ref.eval()
 
 
-@boundary("_layer_args")
+@boundary(_layer_args)
 def to_torch_layer(block: Block) -> nn.TransformerEncoderLayer:
     """An ``nn.TransformerEncoderLayer`` (GELU, no dropout) computing the same function as ``block``.
 
@@ -58,20 +75,3 @@ def to_torch_layer(block: Block) -> nn.TransformerEncoderLayer:
             if ours.bias is not None:
                 theirs.bias.copy_(ours.bias)
     return ref.eval()
-
-
-def _mha_args(mha) -> None:
-    if not isinstance(mha, MultiHeadAttention):
-        raise TypeError(f"mha must be an attnlib MultiHeadAttention, got {type(mha).__name__}")
-    if mha.rope:
-        raise ValueError("torch's MultiheadAttention has no RoPE; compare a module built with rope=False")
-    if mha.h_kv != mha.h:
-        raise ValueError(f"torch's MultiheadAttention has one key/value head per query head (h_kv = h = "
-                         f"{mha.h}); this layer has h_kv={mha.h_kv} for h={mha.h} (grouped-query attention): "
-                         f"compare a layer built with h_kv=None")
-
-
-def _layer_args(block) -> None:
-    if not isinstance(block, Block):
-        raise TypeError(f"block must be an attnlib Block, got {type(block).__name__}")
-    _mha_args(block.attn)

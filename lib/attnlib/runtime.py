@@ -1,17 +1,32 @@
-"""Notebook set-up: seeds, deterministic CPU threads, print options and the device choice."""
+"""Notebook set-up: seeds, deterministic CPU threads, print options and the device choice; the agreements a
+page prints. (What a page shows of the library's source is :mod:`attnlib.display`.)"""
 
 from __future__ import annotations
 
-import inspect
+import math
+import numbers
 import os
 import random
 
 import numpy as np
 import torch
 
-from ._validate import boundary, require_device, require_nonnegative
+from ._validate import _show, boundary, require_device, require_nonnegative, require_number
 
-__all__ = ["setup", "pick_device", "seed_everything", "show_source", "agree", "at_most", "bound_text"]
+__all__ = ["setup", "pick_device", "seed_everything", "agree", "at_most", "bound_text"]
+
+
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
+
+
+def _seed_args(seed):
+    seed, = require_nonnegative(seed=seed)     # an integer: a float seed is rejected, not truncated
+    if seed >= 2**32:
+        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
+    return {"seed": seed}
 
 
 def accelerators() -> dict[str, bool]:
@@ -32,7 +47,7 @@ def pick_device() -> torch.device:
     return torch.device(next((kind for kind in ("cuda", "mps") if found[kind]), "cpu"))
 
 
-@boundary("_seed_args")
+@boundary(_seed_args)
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy and torch so a notebook prints the same numbers on every run.
 
@@ -73,27 +88,48 @@ def setup(seed: int = 0) -> torch.device:
     return device
 
 
-@boundary("_show_source_args")
-def show_source(obj):
-    """Display the library's own source of ``obj`` (a function, method, class or module) as a highlighted code
-    block, never a pasted copy."""
-    from IPython.display import Markdown
-
-    return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
+def _bound(bound, name: str = "bound") -> float:
+    """A bound > 0 as a float; a NumPy float32 bound is read as the digits it prints (np.float32(1e-3) is 0.001)."""
+    if isinstance(bound, np.floating) and not isinstance(bound, float):
+        bound = float(str(bound)) if np.isfinite(bound) else float(bound)
+    ok = isinstance(bound, numbers.Real) and not isinstance(bound, (bool, np.bool_)) and bound > 0
+    if not (ok and math.isfinite(bound)):
+        raise ValueError(f"{name} must be a positive number, got {_show(bound)}")
+    return float(bound)
 
 
 def bound_text(bound: float) -> str:
-    """A bound as the page prints it: ``1e-12``, ``2.5e-6``, ``0.0005``, ``0.001``: its shortest exact digits."""
-    if not (isinstance(bound, (int, float)) and not isinstance(bound, bool)) or not bound > 0:
-        raise ValueError(f"a bound must be a positive number, got {bound!r}")
-    mantissa, _, exponent = f"{bound:g}".partition("e")
+    """A bound as the page prints it: ``1e-12``, ``2.5e-6``, ``0.0005``, ``0.001``: its shortest exact digits
+    (``repr``'s, which read back as the same float), so the printed bound is never below the bound itself."""
+    bound = _bound(bound)
+    mantissa, _, exponent = repr(bound).partition("e")
+    mantissa = mantissa.removesuffix(".0")
     return f"{mantissa}e{int(exponent)}" if exponent else mantissa
 
 
+def _as_array(x, name: str) -> np.ndarray:
+    """A tensor, array, number or nested list as a NumPy array on the CPU (complex kept complex)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "meta":
+            raise ValueError(f"{name} is a meta tensor, which holds no values to compare: expected {name} on a "
+                             "device such as 'cpu' or 'cuda'")
+        x = x.detach().cpu()
+        x = x.resolve_conj().resolve_neg().numpy() if x.dtype != torch.bfloat16 else x.float().numpy()
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+        raise TypeError(f"{name} must be a tensor, an array or a number, got {_show(x)}")
+    return a
+
+
 def _max_gap(a, b) -> float:
-    """max |a − b| over every element, in float64 on the CPU (tensors, arrays or numbers of one shape)."""
-    a, b = (torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64))
-            for x in (a, b))
+    """max |a − b| over every element, in float64 (complex128 if either is complex) on the CPU; tensors, arrays or
+    numbers of one shape."""
+    a, b = _as_array(a, "a"), _as_array(b, "b")
+    kind = np.complex128 if np.iscomplexobj(a) or np.iscomplexobj(b) else np.float64
+    a, b = (torch.as_tensor(x.astype(kind)) for x in (a, b))
     if a.shape != b.shape:
         raise ValueError(f"cannot compare shapes {tuple(a.shape)} and {tuple(b.shape)}")
     if a.numel() == 0:
@@ -109,11 +145,22 @@ def at_most(value: float, bound: float, what: str = "") -> str:
     The page prints the bound, never the measured digits: those belong to one processor, one BLAS build and one
     kernel path, and another machine would print other ones.
     """
-    text = bound_text(bound)
-    value = float(value)
+    bound = _bound(bound)
+    text, what = bound_text(bound), _require_what(what)
+    value = require_number(value, "value", minimum=0) if not _is_nan(value) else float("nan")
     if not value <= bound:   # also catches NaN
         raise AssertionError(f"{what or 'the error'}: {value:.3g} is above the bound {text}")
     return f"{what}: within {text}" if what else f"within {text}"
+
+
+def _is_nan(v) -> bool:
+    return isinstance(v, (float, np.floating)) and v != v
+
+
+def _require_what(what) -> str:
+    if not isinstance(what, str):
+        raise TypeError(f"what must be a string (what the page says agrees), got {_show(what)}")
+    return what
 
 
 def agree(a, b, *, within: float, what: str = "") -> str:
@@ -121,28 +168,9 @@ def agree(a, b, *, within: float, what: str = "") -> str:
 
     a, b: tensors, arrays or numbers of the same shape (compared in float64; equal infinities agree).
     """
-    text = bound_text(within)
+    within = _bound(within, "within")
+    text, what = bound_text(within), _require_what(what)
     gap = _max_gap(a, b)
     if not gap <= within:
         raise AssertionError(f"{what or 'the two'} differ by {gap:.3g}, more than {text}")
     return f"{what}: equal within {text}" if what else f"equal within {text}"
-
-
-# ---------------------------------------------------------------------------------------------- argument specs
-# Checked once per call (see attnlib._validate.boundary, which finds a spec by its name).
-
-
-def _seed_args(seed):
-    seed, = require_nonnegative(seed=seed)     # an integer: a float seed is rejected, not truncated
-    if seed >= 2**32:
-        raise ValueError(f"seed must be below 2**32 (NumPy's limit), got {seed}")
-    return {"seed": seed}
-
-
-def _show_source_args(obj):
-    target = inspect.unwrap(obj) if callable(obj) else obj
-    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)
-            or inspect.ismodule(target)):
-        shown = repr(obj) if len(repr(obj)) <= 48 else repr(obj)[:45] + "..."
-        raise TypeError(f"show_source needs a function, method, class or module written in Python, got {shown} "
-                        f"({type(obj).__name__})")

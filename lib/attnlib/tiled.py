@@ -23,6 +23,7 @@ import torch
 from ._validate import (
     boundary,
     require_batch,
+    require_fits,
     require_flags,
     require_positive,
     require_row_stats,
@@ -37,7 +38,69 @@ __all__ = ["SKIPPED", "FULL", "DIAGONAL", "online_softmax_step", "online_softmax
 SKIPPED, FULL, DIAGONAL = 0, 1, 2   # the three kinds of tile in a plan (see tile_plan)
 
 
-@boundary("_online_softmax_step_args")
+# ---------------------------------------------------------------------------------------------- argument specs
+# Each public entry point below names its spec by reference, @boundary(_x_args), so a spec sits above it; the
+# spec checks a call that comes in from outside the library and may return normalised values (ints, bools)
+# for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
+
+
+def _online_softmax_step_args(m, l, Z_blk):
+    require_shape(Z_blk, "Z_blk", "... n")
+    require_row_stats(m, "m", Z_blk, "Z_blk")
+    require_row_stats(l, "l", Z_blk, "Z_blk")
+
+
+def _online_softmax_args(Z, block):
+    require_shape(Z, "Z", "... n")
+    block, = require_positive(block=block)
+    return {"block": block}
+
+
+def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
+    T_q, T_k, block_q, block_k = require_positive(T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k)
+    causal, = require_flags(causal=causal)
+    if causal and T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
+    n_q, n_k = -(-T_q // block_q), -(-T_k // block_k)
+    require_fits("this tile plan", {f"T_q={T_q} / block_q={block_q} × T_k={T_k} / block_k={block_k}": 2 * n_q * n_k},
+                 what="numbers")
+    return {"T_q": T_q, "T_k": T_k, "block_q": block_q, "block_k": block_k, "causal": causal}
+
+
+def _tiled_attention_args(Q, K, V, causal, block_q, block_k, return_stats=False):
+    d = require_shape(Q, "Q", "... T_q d_k")
+    d |= require_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
+    require_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
+    for X, name in ((K, "K"), (V, "V")):
+        require_same(Q, X, "Q", name)
+        require_batch(Q, X, "Q", name)
+    block_q, block_k = require_positive(block_q=block_q, block_k=block_k)
+    return_stats, = require_flags(return_stats=return_stats)
+    plan = _tile_plan_args(d["T_q"], d["T_k"], block_q, block_k, causal)
+    return {"causal": plan["causal"],
+            "block_q": block_q, "block_k": block_k, "return_stats": return_stats}
+
+
+def _recomputing_args(Q, K, V, causal, block_q, block_k):
+    out = _tiled_attention_args(Q, K, V, causal, block_q, block_k)
+    del out["return_stats"]
+    return out
+
+
+def _tiled_attention_backward_args(Q, K, V, O, m, l, dO, causal, block_q, block_k):
+    out = _recomputing_args(Q, K, V, causal, block_q, block_k)
+    d_v = V.shape[-1]
+    require_shape(O, "O", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
+    require_shape(dO, "dO", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
+    for X, name in ((O, "O"), (dO, "dO")):
+        require_same(Q, X, "Q", name)
+        require_batch(Q, X, "Q", name)
+    require_row_stats(m, "m", O, "O")
+    require_row_stats(l, "l", O, "O")
+    return out
+
+
+@boundary(_online_softmax_step_args)
 def online_softmax_step(m: torch.Tensor, l: torch.Tensor, Z_blk: torch.Tensor):
     """Take one more block of scores into the running max m and the running sum ℓ.
 
@@ -56,11 +119,13 @@ def online_softmax_step(m: torch.Tensor, l: torch.Tensor, Z_blk: torch.Tensor):
     return m_new, l_new, rescale, P_blk
 
 
-@boundary("_online_softmax_args")
+@boundary(_online_softmax_args)
 def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
     """softmax over the last axis of Z (..., n), reading the scores ``block`` at a time: Z → P (..., n).
 
     One pass over the blocks finds m and ℓ with :func:`online_softmax_step`; then P = exp(Z − m) / ℓ.
+    Cost: a Python loop of n / block steps, so a small block is slow by design (block=1 over 10⁶ numbers takes
+    minutes: a million steps of a few tensor calls each); the answer is the same for every block.
     """
     m = Z.new_full(Z.shape[:-1], float("-inf"))         # (...,) running max
     l = Z.new_zeros(Z.shape[:-1])                       # (...,) running sum of exp(z − m)
@@ -69,7 +134,7 @@ def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
     return torch.exp(Z - m[..., None]) / l[..., None]
 
 
-@boundary("_tile_plan_args")
+@boundary(_tile_plan_args)
 def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = True) -> torch.Tensor:
     """Which tiles of the (T_q, T_k) score table causal attention computes: (n_q, n_k) of SKIPPED/FULL/DIAGONAL.
 
@@ -91,7 +156,7 @@ def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = Tru
     return plan
 
 
-@boundary("_tiled_attention_args")
+@boundary(_tiled_attention_args)
 def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
                     block_q: int = 64, block_k: int = 64, return_stats: bool = False):
     """softmax(Q Kᵀ / √d_k + M) V, one (block_q, block_k) tile at a time: → (..., T_q, d_v).
@@ -99,6 +164,8 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
     Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v), with the same batch axes. Beyond its output, the
     memory it needs depends on the block sizes only, not on T_q · T_k: the full score table is never built.
     With ``return_stats`` it also returns m and ℓ of every query row, (..., T_q) each: (out, m, l).
+    Cost: a Python loop over (T_q / block_q) · (T_k / block_k) tiles, so tiny blocks are slow by design
+    (1 × 1 blocks over T = 1024 run half a million tiles: minutes); the answer is the same for every block size.
     """
     T_q, d_k, T_k = Q.shape[-2], Q.shape[-1], K.shape[-2]
     plan = tile_plan(T_q, T_k, block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
@@ -127,7 +194,7 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
     return (out, stats[0], stats[1]) if return_stats else out
 
 
-@boundary("_tiled_attention_backward_args")
+@boundary(_tiled_attention_backward_args)
 def tiled_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
                              m: torch.Tensor, l: torch.Tensor, dO: torch.Tensor, *, causal: bool = True,
                              block_q: int = 64, block_k: int = 64):
@@ -184,68 +251,8 @@ class TiledAttention(torch.autograd.Function):
         return dQ, dK, dV, None, None, None
 
 
-@boundary("_recomputing_args")
+@boundary(_recomputing_args)
 def recomputing_tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = True,
                                 block_q: int = 64, block_k: int = 64) -> torch.Tensor:
     """:func:`tiled_attention` whose backward pass is tiled too (:class:`TiledAttention`): → (..., T_q, d_v)."""
     return TiledAttention.apply(Q, K, V, causal, block_q, block_k)
-
-
-# ---------------------------------------------------------------------------------------------- argument specs
-# Each public function above is checked once, where it is called from outside the library (see boundary,
-# which finds a spec by its name). Views of any layout come back as contiguous copies, so that they give the
-# bits of a plain copy.
-
-
-def _online_softmax_step_args(m, l, Z_blk):
-    require_shape(Z_blk, "Z_blk", "... n")
-    require_row_stats(m, "m", Z_blk, "Z_blk")
-    require_row_stats(l, "l", Z_blk, "Z_blk")
-    return {"m": m.contiguous(), "l": l.contiguous(), "Z_blk": Z_blk.contiguous()}
-
-
-def _online_softmax_args(Z, block):
-    require_shape(Z, "Z", "... n")
-    block, = require_positive(block=block)
-    return {"Z": Z.contiguous(), "block": block}
-
-
-def _tile_plan_args(T_q, T_k, block_q, block_k, causal):
-    T_q, T_k, block_q, block_k = require_positive(T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k)
-    causal, = require_flags(causal=causal)
-    if causal and T_k < T_q:
-        raise ValueError(f"T_k={T_k} must be at least T_q={T_q}: every query needs its own key")
-    return {"T_q": T_q, "T_k": T_k, "block_q": block_q, "block_k": block_k, "causal": causal}
-
-
-def _tiled_attention_args(Q, K, V, causal, block_q, block_k, return_stats=False):
-    d = require_shape(Q, "Q", "... T_q d_k")
-    d |= require_shape(K, "K", "... T_k d_k", d_k=d["d_k"])
-    require_shape(V, "V", "... T_k d_v", T_k=d["T_k"])
-    for X, name in ((K, "K"), (V, "V")):
-        require_same(Q, X, "Q", name)
-        require_batch(Q, X, "Q", name)
-    block_q, block_k = require_positive(block_q=block_q, block_k=block_k)
-    return_stats, = require_flags(return_stats=return_stats)
-    plan = _tile_plan_args(d["T_q"], d["T_k"], block_q, block_k, causal)
-    return {"Q": Q.contiguous(), "K": K.contiguous(), "V": V.contiguous(), "causal": plan["causal"],
-            "block_q": block_q, "block_k": block_k, "return_stats": return_stats}
-
-
-def _recomputing_args(Q, K, V, causal, block_q, block_k):
-    out = _tiled_attention_args(Q, K, V, causal, block_q, block_k)
-    del out["return_stats"]
-    return out
-
-
-def _tiled_attention_backward_args(Q, K, V, O, m, l, dO, causal, block_q, block_k):
-    out = _recomputing_args(Q, K, V, causal, block_q, block_k)
-    d_v = V.shape[-1]
-    require_shape(O, "O", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
-    require_shape(dO, "dO", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
-    for X, name in ((O, "O"), (dO, "dO")):
-        require_same(Q, X, "Q", name)
-        require_batch(Q, X, "Q", name)
-    require_row_stats(m, "m", O, "O")
-    require_row_stats(l, "l", O, "O")
-    return out | {"O": O.contiguous(), "m": m.contiguous(), "l": l.contiguous(), "dO": dO.contiguous()}

@@ -49,6 +49,16 @@ SEED_TABLE = Path(__file__).with_name("data") / "stack_seeds.json"
 _SEED_EVAL = {"batches": 8, "seed": 1}   # the held-out windows every run of the table is scored on
 
 
+def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
+    _require_model(model)
+    (steps, T, B), (seed,) = require_positive(steps=steps, T=T, B=B), require_nonnegative(seed=seed)
+    stop = None if stop is None else require_positive(stop=stop)[0]
+    _require_data(data, model)
+    lr, device = require_number(lr, "lr", above=0), None if device is None else require_device(device)
+    _require_window(model, T)
+    return {"steps": steps, "T": T, "B": B, "lr": lr, "seed": seed, "device": device, "stop": stop}
+
+
 def next_token_windows(data: torch.Tensor, starts: torch.Tensor, T: int):
     """Inputs (B, T) = data[s : s+T] and targets (B, T) = data[s+1 : s+T+1] for every start s in starts (B,).
 
@@ -97,7 +107,7 @@ def random_batch(data: torch.Tensor, T: int, B: int, generator: torch.Generator)
     return next_token_windows(data, start, T)
 
 
-@boundary("_train_args")
+@boundary(_train_args)
 def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 32, lr: float = 3e-3,
           seed: int = 0, device=None, stop: int | None = None) -> list[float]:
     """Train with AdamW on random windows of data (N,) and return the training loss of every step.
@@ -282,16 +292,50 @@ def _recipe_to_file(config: dict) -> dict:
 
 
 def _metadata(path) -> dict:
-    from safetensors import safe_open
+    meta = _weights_metadata(path, ("config", "vocab_size", "variants", "losses"), "attnlib.train.load_char_models",
+                             "`make train-stack` writes the shipped one")
+    return {**meta, "vocab_size": int(meta["vocab_size"])}
+
+
+# The metadata key that tells a weights file of the course apart → what the file holds and what reads it.
+_WEIGHTS_FILES = {
+    "variants": "chapter 8's character models (masked and unmasked), read by attnlib.train.load_char_models",
+    "seeds": "the trained induction heads, read by attnlib.induction.load_models",
+}
+
+
+def _weights_metadata(path, keys: tuple[str, ...], reader: str, writer: str) -> dict:
+    """The JSON entries ``keys`` of a safetensors file's metadata; a file of another kind says what it is."""
+    from safetensors import SafetensorError, safe_open
 
     if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
+        raise TypeError(f"path must be a str or a Path to a safetensors file, got {_show(path)}")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"no weights file at {path} (`make train-stack` writes the shipped one)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata()
-    return {"config": json.loads(meta["config"]), "vocab_size": int(meta["vocab_size"]),
-            "variants": json.loads(meta["variants"]), "losses": json.loads(meta["losses"])}
+        raise FileNotFoundError(f"no weights file at {path} ({writer})")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"path={str(path)!r} is not a safetensors weights file: {e}") from None
+    missing = [k for k in keys if k not in meta]
+    if missing:
+        other = next((what for key, what in _WEIGHTS_FILES.items() if key in meta and key not in keys), None)
+        it = f"it holds {other}" if other else f"its metadata has {sorted(meta)}, not {missing}"
+        raise ValueError(f"path={str(path)!r} is the wrong weights file for {reader}, which expects metadata "
+                         f"{list(keys)}: {it}")
+    try:
+        return {k: json.loads(meta[k]) for k in keys}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"path={str(path)!r}: the metadata of this weights file is not the JSON {reader} "
+                         f"expects ({e})") from None
+
+
+def _require_window(model, T: int) -> None:
+    """T tokens per window fit the model's context (checked here: model.loss, called inside train, checks nothing)."""
+    max_T = getattr(getattr(model, "config", None), "max_T", None)
+    if max_T is not None and T > max_T:
+        raise ValueError(f"T={T} exceeds the context length max_T={max_T}: train draws windows of T tokens, and "
+                         f"the model reads at most max_T positions; use T={max_T} or less")
 
 
 def _require_model(model) -> None:
@@ -350,15 +394,6 @@ def main(argv: list[str] | None = None) -> None:
     _save_runs(args.out, runs, {"config": json.dumps(_recipe_to_file(CONFIG)),
                                "vocab_size": str(runs["masked"][0].config.vocab_size),
                                "variants": json.dumps(list(VARIANTS))})
-
-
-def _train_args(model, data, steps, T, B, lr, seed, device, stop) -> dict:
-    _require_model(model)
-    (steps, T, B), (seed,) = require_positive(steps=steps, T=T, B=B), require_nonnegative(seed=seed)
-    stop = None if stop is None else require_positive(stop=stop)[0]
-    _require_data(data, model)
-    return {"steps": steps, "T": T, "B": B, "lr": require_number(lr, "lr", above=0), "seed": seed,
-            "device": None if device is None else require_device(device), "stop": stop}
 
 
 if __name__ == "__main__":
