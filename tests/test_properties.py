@@ -119,7 +119,7 @@ def test_with_rope_the_score_depends_only_on_the_offset(seed, i, j, shift):
     Q, K = apply_rope(q.expand(T, 16).clone()), apply_rope(k.expand(T, 16).clone())
     torch.testing.assert_close(Q[i] @ K[j], Q[i + shift] @ K[j + shift])
     # controls (an identity "rotation" would pass the line above): at offset 0 the score is q · k, at any
-    # other offset it is not; the rotation schedule itself is checked in test_agreement.py
+    # other offset it is not; the rotation schedule itself is checked in test_against_torch.py
     if i == j:
         torch.testing.assert_close(Q[i] @ K[j], q @ k)
     else:
