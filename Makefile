@@ -26,8 +26,9 @@ book: setup  ## render the book to HTML
 
 # The suite runs on a second kernel path (tests/conftest.py), so outputs that one processor prints fail here too.
 # -n auto: one worker per core; --dist loadfile keeps each notebook's cells on one worker (nbval needs that).
+# --durations=15 lists the slowest tests at the end, where the suite's time goes.
 test: setup lint  ## ruff, library tests, nbval over every notebook (second kernel path), both editions, book build, browser
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15
 
 # The inner loop: the library's tests and the notebooks' hygiene, with no notebook run, no book build, no browser.
 # One process: starting xdist workers (each importing torch and collecting 1,800 tests) costs more than it saves.
