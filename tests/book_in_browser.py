@@ -202,6 +202,24 @@ def new_page(browser, base: str, outside: list[str], width: int = 1280, height: 
     return context, context.new_page()
 
 
+def open_watched(browser, base: str, doc: str, outside: list[str], errors: list[str] | None = None,
+                 failed_responses: bool = False):
+    """A fresh context and page on ``doc``, loaded: requests to other hosts go to ``outside``; console errors,
+    uncaught exceptions and (with ``failed_responses``) responses of status 400 or more go to ``errors``."""
+    context, page = new_page(browser, base, outside)
+    try:
+        if errors is not None:
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            if failed_responses:
+                page.on("response", lambda r: r.status >= 400 and errors.append(f"{r.status} {r.url}"))
+            page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.goto(base + f"{doc}.html", wait_until="load", timeout=30_000)
+    except BaseException:
+        context.close()
+        raise
+    return context, page
+
+
 def hide_floating_buttons(page):
     """The "back to top" button floats over whatever a screenshot shows."""
     page.add_style_tag(content="#pst-back-to-top { display: none !important; }")

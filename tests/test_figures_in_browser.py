@@ -17,7 +17,7 @@ from book_in_browser import (  # noqa: F401
     browser,
     browser_test,
     build,
-    new_page,
+    open_watched,
     run_axe,
     site,
 )
@@ -111,11 +111,8 @@ def test_interactive_figures_compute_the_library_weights(site, browser, build, d
 
     outside: list[str] = []
     errors: list[str] = []
-    context, page = new_page(browser, site, outside)
+    context, page = open_watched(browser, site, doc, outside, errors)
     try:
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
         figures = page.locator(STORED)
         hovered = 0
         for n in range(figures.count()):
@@ -286,12 +283,8 @@ def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
 
     outside: list[str] = []
     errors: list[str] = []
-    context, page = new_page(browser, site, outside)
+    context, page = open_watched(browser, site, doc, outside, errors, failed_responses=True)
     try:
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-        page.on("response", lambda r: r.status >= 400 and errors.append(f"{r.status} {r.url}"))
-        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
         figures = page.locator(STORED)
         for n in range(figures.count()):
             fig = figures.nth(n)
@@ -495,9 +488,8 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
 
 
     outside: list[str] = []
-    context, page = new_page(browser, site, outside)
+    context, page = open_watched(browser, site, doc, outside)
     try:
-        page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
         figures = page.locator(STORED)
         for n in range(figures.count()):
             fig = figures.nth(n)
@@ -631,10 +623,7 @@ def live_page(site, browser, build):
         pytest.fail(f"{LIVE_DOC} holds no live model")
     outside: list[str] = []
     errors: list[str] = []
-    context, page = new_page(browser, site, outside)
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-    page.goto(site + f"{LIVE_DOC}.html", wait_until="load", timeout=30_000)
+    context, page = open_watched(browser, site, LIVE_DOC, outside, errors)
     fig = page.locator(LIVE)
     fig.scroll_into_view_if_needed()
     try:
