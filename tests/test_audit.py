@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlib import GPT, GPTConfig, MultiHeadAttention, audit
-from attnlib.audit import LABELS, Finding, Report, check_audit_prediction
+from attnlib.audit import LABELS, Finding, Report
+from attnlib.checks import check_audit_prediction
 
 transformers = pytest.importorskip("transformers")
 
@@ -577,3 +578,113 @@ class PadIdModelSDPA(PadIdModel):
 def test_a_model_that_masks_padding_correctly_is_clean():
     model = PadIdModelSDPA(vocab_size=4)   # so small that the random ids hold the pad id
     assert audit(model, kind="model", vocab_size=4).ok
+
+
+# ---------------------------------------------------------------------------- classes a second held-out set found
+
+def _causal_scores(Q, K, scale):
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q)
+    return (Q @ K.mT * scale).masked_fill(future, float("-inf"))
+
+
+@pytest.mark.parametrize("how", ["multiply", "divide", "sdpa"])
+def test_a_scale_by_the_width_of_v_is_named(how):
+    """The core probes give V a width other than d_k, so √d_v in place of √d_k shows, and is named."""
+    def core_dv(Q, K, V):
+        d_v = V.shape[-1]
+        if how == "sdpa":
+            return F.scaled_dot_product_attention(Q, K, V, attn_mask=torch.isfinite(_causal_scores(Q, K, 1.0)),
+                                                  scale=d_v ** -0.5)
+        scale = d_v ** -0.5 if how == "multiply" else 1 / math.sqrt(d_v)
+        return _causal_scores(Q, K, scale).softmax(-1) @ V
+
+    report = audit(core_dv)
+    assert report.labels == ["scale"], report
+    assert "d_v = 12, not d_k = 8" in report.findings[0].message, report
+    # with d_v given equal to d_k the two scales agree, and nothing is wrong
+    assert audit(core_dv, d_k=8, d_v=8).ok
+
+
+def test_a_core_that_multiplies_k_is_still_named_when_v_is_wider():
+    report = audit(lambda Q, K, V: sdpa_core(Q, K, K))
+    assert "weights-times-K" in report.labels, report
+    assert "V of width d_v=12" in str(report)
+
+
+def test_the_report_says_an_object_ran_in_eval_mode():
+    class BatchNormModel(nn.Module):   # BatchNorm mixes the sequences of a batch in train mode only
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.e, self.bn, self.head = nn.Embedding(30, 16), nn.BatchNorm1d(16), nn.Linear(16, 30)
+
+        def forward(self, ids):
+            return self.head(self.bn(self.e(ids).transpose(1, 2)).transpose(1, 2))
+
+    model = BatchNormModel()
+    report = audit(model, kind="model", vocab_size=30)
+    assert report.looked_at[-1].startswith("all of it with the object in eval mode"), report
+    assert report.looked_at[0].startswith("the trace")
+    assert "eval mode" in str(report) and "eval mode" in report._repr_html_()
+    assert model.training                                # its mode is restored
+    assert "eval mode" in audit.__doc__
+    assert not any("eval mode" in s for s in audit(sdpa_core).looked_at)   # a function has no mode
+
+
+@pytest.mark.parametrize("how", ["matmul", "einsum", "cached"])
+def test_a_score_table_of_keys_by_queries_is_a_softmax_axis(how):
+    """KQᵀ handed to softmax: its last axis is the query axis, whatever the code calls it."""
+    def swapped(Q, K, V):
+        T_q = Q.shape[-2]
+        if how == "einsum":
+            S = torch.einsum("bhqd,bhkd->bhkq", Q, K) / math.sqrt(Q.shape[-1])
+        elif how == "cached":
+            S = K[..., -T_q:, :] @ Q.mT / math.sqrt(Q.shape[-1])
+        else:
+            S = K @ Q.mT / math.sqrt(Q.shape[-1])
+        S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        return S.softmax(-1) @ V[..., -T_q:, :]
+
+    report = audit(swapped)
+    assert "softmax-axis" in report.labels, report
+    (axis,) = [f for f in report.findings if f.label == "softmax-axis"]
+    assert "query axis" in axis.message and "KQᵀ" in axis.message
+
+
+@pytest.mark.parametrize("rows", ["all", "first"])
+def test_reading_the_next_key_is_a_mask_offset(rows):
+    """A loop whose queries read one key too many (all of them, or only the first): leak and mask-offset."""
+    def loop(Q, K, V):
+        T_q, T_k = Q.shape[-2], K.shape[-2]
+        out = []
+        for i in range(T_q):
+            n = T_k - T_q + i + 1
+            n = min(n + 1, T_k) if rows == "all" else max(n, 2)
+            s = Q[..., i:i + 1, :] @ K[..., :n, :].mT / math.sqrt(Q.shape[-1])
+            out.append(s.softmax(-1) @ V[..., :n, :])
+        return torch.cat(out, -2)
+
+    report = audit(loop)
+    assert {"leak", "mask-offset"} <= set(report.labels), report
+    (offset,) = [f for f in report.findings if f.label == "mask-offset"]
+    assert "also read the next key" in offset.message
+
+
+def test_reading_every_future_key_is_a_leak_not_a_mask_offset():
+    report = audit(lambda Q, K, V: F.scaled_dot_product_attention(Q, K, V))
+    assert "leak" in report.labels and "mask-offset" not in report.labels, report
+
+
+def test_the_exercise_checker_lives_with_the_other_checkers():
+    import sys
+
+    import attnlib.audit as audit_module  # noqa: F401 - the module, not the function of the same name
+    from attnlib.checks import _core
+    assert check_audit_prediction.__module__ == "attnlib.checks.audit"
+    assert not hasattr(sys.modules["attnlib.audit"], "check_audit_prediction")
+    assert check_audit_prediction.kind == "function" and _core.STUB in check_audit_prediction.mistakes
+    # the core is judged as a function first, by the engine: what is not yet a core is said before the prediction
+    assert check_audit_prediction(42, {"scale"}).mistake == "not-callable"
+    assert check_audit_prediction(lambda Q, K, V: None, {"scale"}).mistake == "none"
+    assert check_audit_prediction(lambda Q, K, V: Q, {"scale"}).mistake == "shape"

@@ -215,6 +215,10 @@ CORRECT: dict[str, tuple] = {
                           3: "attn_weights = attn_weights + attention_mask",
                           4: "attn_output = torch.matmul(attn_weights, value)"},),
     "check_which_question": ({"A": 1, "B": 3, "C": 2, "D": 1},),
+    # the audit page: a core with one planted bug (no 1/√d_k) and the audit's verdict on it
+    "check_audit_prediction": (lambda Q, K, V: (Q @ K.mT).masked_fill(torch.ones(
+        Q.shape[-2], K.shape[-2], dtype=torch.bool).triu(1 + K.shape[-2] - Q.shape[-2]), -math.inf).softmax(-1) @ V,
+        {"scale"}),
 }
 
 

@@ -26,8 +26,8 @@ other rows of the queries that reach the score table), cached-step (a core that 
 when T_q < T_k) and nan (NaN on ordinary float32 input, with no empty row to blame). :data:`LABELS` gives each
 label's question and meaning.
 
-The exercise checker of the audit page, :func:`check_audit_prediction`, is built on the checkers' engine
-(``checks._core``) and is also reachable as ``attnlib.checks.check_audit_prediction``.
+The audit page's exercise checker is ``attnlib.checks.check_audit_prediction`` (in ``checks/audit.py``, on the
+checkers' engine like every other checker).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ._validate import _show, boundary, require_choice, require_positive
-from .checks._core import Mistake, Verdict, _close, checker, named
+from .checks._core import _close
 
-__all__ = ["audit", "Report", "Finding", "LABELS", "check_audit_prediction"]
+__all__ = ["audit", "Report", "Finding", "LABELS"]
 
 # label -> (question it answers, or None; what it means)
 LABELS = {
@@ -67,7 +67,7 @@ LABELS = {
 }
 
 KINDS = ("core", "layer", "model")
-_SIZES = {"core": {"h": 2, "d_k": 8, "d_v": 8, "max_T": 6}, "layer": {"d_model": None, "max_T": 6},
+_SIZES = {"core": {"h": 2, "d_k": 8, "d_v": 12, "max_T": 6}, "layer": {"d_model": None, "max_T": 6},
           "model": {"vocab_size": None, "max_T": 6}}
 
 
@@ -317,7 +317,7 @@ def _pattern(allowed: torch.Tensor, where: str) -> list[Finding]:
     return [_finding("mask-offset", f"{shown}: {why}.")]
 
 
-def _factor_text(f: float, d_k: int, d_model: int | None) -> str:
+def _factor_text(f: float, d_k: int, d_model: int | None, d_v: int | None = None) -> str:
     if abs(f - 1) < 1e-4:
         return "the scores are not scaled (factor 1)"
     n = 1 / f ** 2
@@ -331,12 +331,16 @@ def _factor_text(f: float, d_k: int, d_model: int | None) -> str:
             name += " (d_model, not the head size d_k)"
         elif n == d_k ** 2:
             name += " (1/d_k, not 1/√d_k)"
+        elif d_v and n == d_v and d_v != d_k:
+            name += f" (the width of V, d_v = {d_v}, not d_k = {d_k})"
     return f"the scores are multiplied by {f:.4f}{name}"
 
 
-def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) -> tuple[list[Finding], dict]:
+def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, Q_in=None) -> tuple[list[Finding],
+                                                                                                   dict]:
     """Findings from one trace, and facts (empty rows, whether a mask or a softmax was seen)."""
     found: list[Finding] = []
+    d_v = None if V_in is None else V_in.shape[-1]
     facts = {"softmax": False, "mask": False, "empty": False, "max_score": 0.0, "max_product": 0.0,
              "queries": []}
     score_K = []
@@ -357,7 +361,7 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
             total = used * fq * fk
             facts["max_score"] = max(facts["max_score"], float((q.double() @ k.double().mT).abs().max()) * total)
             if abs(total * math.sqrt(d_k) - 1) > 1e-3:
-                found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model)}; scaled dot-product "
+                found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)}; scaled dot-product "
                                       f"attention needs 1/√d_k = 1/√{d_k} (scaled_dot_product_attention's own "
                                       f"scale is {'1/√d_k' if scale is None else 'given'})."))
             facts["queries"].append(q)
@@ -412,6 +416,11 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
                 if m.func not in _MATMUL or not isinstance(m.out, torch.Tensor) or m.out.shape != Z.shape:
                     continue
                 S, Zd = m.out.detach().double(), Z.detach().double()
+                if Q_in is not None and K_in is not None and dim == Z.dim() - 1 and _transposed(S, Q_in, K_in):
+                    found.append(_finding("softmax-axis", f"{where}: the score table handed to softmax "
+                                          f"{tuple(Z.shape)} is KQᵀ, keys by queries (its rows are keys), so "
+                                          "softmax over its last axis runs over the query axis; each query's "
+                                          "weights must sum to 1 over the keys."))
                 keep = ~blocked & (S.abs() > 1e-6)
                 if not bool(keep.any()):
                     continue
@@ -426,7 +435,7 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
                 total, d_k = c_post * fa * fb, ops[0].shape[-1]
                 facts["max_score"] = max(facts["max_score"], float((S[keep] * total).abs().max()))
                 if abs(total * math.sqrt(d_k) - 1) > 1e-3:
-                    found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model)} between QKᵀ "
+                    found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)} between QKᵀ "
                                           f"and softmax; scaled dot-product attention needs 1/√d_k = 1/√{d_k}."))
                 score_K.append(ops[1].mT)
                 facts["queries"].append(ops[0])
@@ -464,6 +473,22 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None) 
                                               "used.")))
                     break
     return _unique(found), facts
+
+
+def _multiple(S: torch.Tensor, R: torch.Tensor) -> bool:
+    """Whether S is c·R for some scalar c ≠ 0 (up to float32 noise)."""
+    if S.shape != R.shape or not bool(torch.isfinite(S).all()):
+        return False
+    c = float((S * R).sum() / (R * R).sum().clamp_min(1e-30))
+    return abs(c) > 1e-12 and bool(((S - c * R).abs().max()) <= 1e-4 * (1 + float((c * R).abs().max())))
+
+
+def _transposed(S: torch.Tensor, Q: torch.Tensor, K: torch.Tensor) -> bool:
+    """Whether a score table is KQᵀ (keys by queries) rather than QKᵀ: its rows follow the keys."""
+    R = Q.detach().double() @ K.detach().double().mT
+    if R.shape[-2] != R.shape[-1]:
+        R = R[..., -R.shape[-2]:]   # the square part (the last T_q keys) is what a swapped table can hold
+    return _multiple(S, R.mT) and not _multiple(S, R)
 
 
 def _masked_entries(c: _Call):
@@ -591,7 +616,7 @@ class _Subject:
 
     def describe(self, B: int, T: int) -> str:
         if self.kind == "core":
-            return f"Q, K, V of B={B}, h={self.sizes['h']}, T={T}, d_k={self.sizes['d_k']}"
+            return f"Q, K, V of B={B}, h={self.sizes['h']}, T={T}, d_k={self.sizes['d_k']}, d_v={self.sizes['d_v']}"
         if self.kind == "layer":
             return f"X of B={B}, T={T}, d_model={self.sizes['d_model']}"
         return f"ids of B={B}, T={T}"
@@ -629,6 +654,43 @@ def _probe_leak(s: _Subject) -> Finding | None:
             where = ", ".join(map(str, changed))
             return _finding("leak", f"with {s.describe(1, T)}, changing only position {T - 1} changes the output "
                             f"at position{'s' * (len(changed) > 1)} {where}: an earlier output reads the future.")
+    return None
+
+
+def _probe_reads(s: _Subject) -> Finding | None:
+    """Which positions each output reads (change one position at a time): queries that also read the next key
+    (the causal set shifted by one, for some or all queries) are mask-offset."""
+    T = s.max_T
+    args = s.inputs(1, T)
+    base = s.call(*args)
+    reads = torch.zeros(T, T, dtype=torch.bool)
+    for j in range(T):
+        moved = []
+        for n, a in enumerate(args):
+            a = a.clone()
+            if s.kind == "core" and n == 0:
+                moved.append(a)
+                continue
+            sl = (Ellipsis, slice(j, j + 1), slice(None)) if s.kind == "core" else (slice(None), slice(j, j + 1))
+            if s.kind == "model":
+                a[sl] = (a[sl] + 1) % s.sizes["vocab_size"]
+            else:
+                a[sl] = s._randn(*a[sl].shape)
+            moved.append(a)
+        out = s.call(*moved)
+        for i in range(T):
+            reads[i, j] = _differs(s.positions(base, slice(i, i + 1)), s.positions(out, slice(i, i + 1)))
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    causal = j <= i
+    if s.kind != "core":
+        reads[i == j] = True   # a layer's position j is also its query: it always changes its own output
+    extra = reads & ~causal   # only what is read and should not be: an unread key may just have a tiny weight
+    shown = (f"with {s.describe(1, T)}, changing one position at a time: query rows read keys {_rows(reads)} "
+             f"(1 = the output changes), where causal attention reads {_rows(causal)}")
+    if bool(extra.any()) and bool((~extra | (j == i + 1)).all()):
+        rows = [str(q) for q in range(T) if bool(extra[q].any())]
+        return _finding("mask-offset", f"{shown}: quer{'ies' if len(rows) > 1 else 'y'} {', '.join(rows)} "
+                        "also read the next key, the causal set shifted by one.")
     return None
 
 
@@ -832,6 +894,8 @@ def _audit_args(obj, kind, sizes):
         raise TypeError(f"audit(kind={kind!r}) needs the size {missing[0]}, e.g. {example}")
     full = {**allowed, **sizes}
     full.update(zip(full, require_positive(**full)))
+    if kind == "core" and "d_v" not in sizes and full["d_v"] == full["d_k"]:
+        full["d_v"] = full["d_k"] + 4   # V's width differs from d_k, so a scale by √d_v is seen and named
     if full["max_T"] < 2:
         raise ValueError(f"max_T must be at least 2 (a leak needs two positions), got {full['max_T']}")
     return {"kind": kind, "sizes": full}
@@ -844,6 +908,10 @@ def audit(obj, kind: str = "core", **sizes) -> Report:
     ``kind="core"``: obj(Q, K, V) → O, Q (B, h, T_q, d_k), K (B, h, T_k, d_k), V (B, h, T_k, d_v).
     ``kind="layer"``: obj(X) → Y, X and Y (B, T, d_model) (or a tuple whose first item is Y); needs ``d_model``.
     ``kind="model"``: obj(ids) → logits (B, T, vocab_size) (or ``.logits``, or a tuple); needs ``vocab_size``.
+
+    An ``nn.Module`` is run in eval mode (its modes are restored afterwards): dropout would make the probes random.
+    So what the object does only in training mode (BatchNorm's batch statistics, which mix the sequences of a
+    batch) is not seen; the report's "looked at" line says so.
     """
     s = _Subject(obj, kind, sizes)
     report = Report(kind)
@@ -854,6 +922,9 @@ def audit(obj, kind: str = "core", **sizes) -> Report:
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             _run(s, report)
+        if modules:
+            report.looked_at.append("all of it with the object in eval mode (train-mode behaviour, such as "
+                                    "BatchNorm's batch statistics, not seen)")
     finally:
         for m, t in zip(modules, training):
             m.training = t
@@ -877,10 +948,21 @@ def _run(s: _Subject, report: Report) -> None:
             from e
     want = {"core": lambda: (1, s.sizes["h"], T, s.sizes["d_v"]), "layer": lambda: (1, T, s.sizes["d_model"]),
             "model": lambda: (1, T, s.sizes["vocab_size"])}[s.kind]()
+    h, d_k, d_v = (s.sizes.get(n) for n in ("h", "d_k", "d_v"))
+    if s.kind == "core" and d_v != d_k and tuple(out.shape) == (1, h, T, d_k):
+        # the output has K's width, not V's: the weights multiply K; audit the rest with V as wide as K
+        s.sizes["d_v"] = d_k
+        s.gen.manual_seed(0)
+        _run(s, report)
+        report.findings = _unique([_finding("weights-times-K", f"with Q, K of width d_k={d_k} and V of width "
+                                            f"d_v={d_v}, the output has width {d_k}, not {d_v}: the weights "
+                                            "multiply K, not V.")] + report.findings)
+        return
     if tuple(out.shape) != want:
         raise ValueError(f"audit: the {s.kind} returned a tensor of shape {tuple(out.shape)} for "
                          f"{s.describe(1, T)}; expected {want}")
-    traced, facts = _read(trace, f"with {s.describe(1, T)}", s.sizes.get("d_model"), K_in, V_in)
+    traced, facts = _read(trace, f"with {s.describe(1, T)}", s.sizes.get("d_model"), K_in, V_in,
+                          args[0] if s.kind == "core" else None)
     report.looked_at.append("the trace (softmax, products, masks, SDPA)" if facts["softmax"]
                             else "the trace (no softmax seen)")
     found += traced
@@ -897,6 +979,11 @@ def _run(s: _Subject, report: Report) -> None:
         if facts["softmax"] and not facts["mask"]:
             leak = _finding("leak", leak.message + " No entry of the score table is masked before softmax.")
         found.append(leak)
+    if leak:   # which keys each query reads: the causal set shifted by one is a misplaced diagonal
+        offset = _probe_reads(s)
+        report.looked_at.append("which keys each query reads")
+        if offset:
+            found.append(offset)
     if s.kind != "core" and facts["queries"]:
         split = _probe_head_split(s)
         report.looked_at.append("the rows of Q when one token changes")
@@ -933,55 +1020,3 @@ def _run(s: _Subject, report: Report) -> None:
     if unstable:
         found.append(unstable)
     report.findings = _unique(found)
-
-
-# ------------------------------------------------------------------------------------------------ the exercise
-
-_PREDICTION_STUB = Mistake("stub", "write your prediction first: replace `...` with a set of labels, then run the "
-                           "cell.", more="a prediction is a set of label strings, such as {\"leak\"}, or an "
-                           "empty set for a core you expect to pass.")
-_NOT_LABELS = Mistake("type", "a prediction is a set of labels from attnlib.audit.LABELS, got {got}.",
-                      more="each item must be one of the labels the audit uses: {labels}.")
-_CORRECT_CORE = Mistake("no-bug", "the audit finds nothing wrong with your core: the exercise asks for a core "
-                        "with one planted bug.", more="change one step of a correct core (the scale, the mask, "
-                        "the softmax's axis, or what the weights multiply), then predict what the audit says.")
-_MISSED = Mistake("missed", "your prediction {said}, but the audit {found}. Run audit(your_core) and read "
-                  "the messages: which of your predictions did it not confirm, and why?",
-                  more="the audit's verdict is {found}. Check each label against what your change does to the "
-                  "computation, including the cached step (fewer queries than keys).")
-
-
-@checker(mistakes=(_PREDICTION_STUB, _NOT_LABELS, _CORRECT_CORE, _MISSED))
-def check_audit_prediction(core, prediction) -> Verdict:
-    """Exercise: write a core with a bug, predict the set of labels ``audit(core)`` reports, and check."""
-    if prediction is ...:
-        return named(_PREDICTION_STUB)
-    if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)) or not all(
-            isinstance(p, str) and p in LABELS for p in prediction):
-        return named(_NOT_LABELS, got=_show(prediction), labels=", ".join(LABELS))
-    if not callable(core):
-        return named(_MISSED, said="is for a core", found="needs a function to call")
-    try:
-        core(*_Subject(core, "core", dict(_SIZES["core"])).inputs(1, 2))
-    except NotImplementedError:
-        from .checks._core import STUB
-        return named(STUB)
-    report = audit(core, kind="core")
-    found = set(report.labels)
-    if not found:
-        return named(_CORRECT_CORE)
-    said = set(prediction)
-    if said != found:
-        show = lambda x: "finds nothing" if not x else "reports " + ", ".join(sorted(x))  # noqa: E731
-        return named(_MISSED, said=show(said).replace("reports", "names").replace("finds nothing", "is empty"),
-                     found=show(found))
-    return Verdict(True, f"the audit reports {', '.join(sorted(found))}, as you predicted.")
-
-
-def _register_checker() -> None:
-    """The exercise's checker is found where every checker is: ``attnlib.checks.check_audit_prediction``."""
-    from . import checks
-    checks.check_audit_prediction = check_audit_prediction
-
-
-_register_checker()

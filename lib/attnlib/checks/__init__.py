@@ -1,7 +1,23 @@
 """Exercise checkers, one module per chapter. Each ``check_…(fn)`` returns a :class:`Verdict` and never raises."""
 
-from . import batches, block, capstone, costs, embeddings, gqa, heads, mask, projections, scaling, softmax, stack, tiled
+from . import (
+               audit,
+               batches,
+               block,
+               capstone,
+               costs,
+               embeddings,
+               gqa,
+               heads,
+               mask,
+               projections,
+               scaling,
+               softmax,
+               stack,
+               tiled,
+)
 from ._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
+from .audit import *  # noqa: F401,F403
 from .batches import *  # noqa: F401,F403
 from .block import *  # noqa: F401,F403
 from .capstone import *  # noqa: F401,F403
@@ -20,3 +36,4 @@ _CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stac
              batches)
 __all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
 __all__ += [name for m in _CHAPTERS for name in m.__all__]
+__all__ += audit.__all__   # the audit page ("Putting it together"): one exercise, not a chapter's set
