@@ -3,6 +3,7 @@ planted mistake is judged. Each is defined here once; tests import them from thi
 
 from __future__ import annotations
 
+import html.parser
 import io
 import pathlib
 import re
@@ -154,3 +155,32 @@ def assert_mistakes_distinct(case: tuple, reference, mistakes) -> None:
             assert not _close(outs[i], outs[j], 1e-5), (i, j)
 
 
+class HtmlParts(html.parser.HTMLParser):
+    """Tags, attributes and the text of every <script> of an HTML fragment."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._in: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in = dict(attrs)
+            self.scripts.append((self._in, ""))
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in = None
+
+    def handle_data(self, data):
+        if self._in is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+
+
+def html_parts(html: str) -> HtmlParts:
+    p = HtmlParts()
+    p.feed(html)
+    return p

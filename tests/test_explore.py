@@ -37,6 +37,7 @@ from attnlib.explore import (
     model_scores,
 )
 from attnlib.induction import head_weights
+from helpers import HtmlParts, html_parts
 
 TOKENS = [" the", " cat", " chase", "s", " the", " dog"]
 
@@ -45,35 +46,8 @@ def raw(*shape, seed=0, spread=3.0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * spread
 
 
-class _Parts(html.parser.HTMLParser):
-    """Tags, attributes and the text of every <script> of an HTML fragment."""
-
-    def __init__(self):
-        super().__init__()
-        self.tags: list[tuple[str, dict]] = []
-        self.scripts: list[tuple[dict, str]] = []
-        self._in: dict | None = None
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-        if tag == "script":
-            self._in = dict(attrs)
-            self.scripts.append((self._in, ""))
-
-    def handle_endtag(self, tag):
-        if tag == "script":
-            self._in = None
-
-    def handle_data(self, data):
-        if self._in is not None:
-            attrs, text = self.scripts[-1]
-            self.scripts[-1] = (attrs, text + data)
-
-
-def parts(fig) -> _Parts:
-    p = _Parts()
-    p.feed(fig.html)
-    return p
+def parts(fig) -> HtmlParts:
+    return html_parts(fig.html)
 
 
 def page_json(fig) -> dict:

@@ -5,6 +5,7 @@ the library's forward pass."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -35,6 +36,15 @@ HOVER_LINE_JS = "(f) => f.querySelectorAll('.ax-lines line').length"
 
 def _figures_in(build, doc: str) -> int:
     return (build.html / f"{doc}.html").read_text(encoding="utf-8").count('<div class="attnlib-explore">')
+
+
+def each_figure(page):
+    """(n, the figure scrolled into view, its data as its script reads it) for every stored figure of the page."""
+    figures = page.locator(STORED)
+    for n in range(figures.count()):
+        fig = figures.nth(n)
+        fig.scroll_into_view_if_needed()
+        yield n, fig, json.loads(fig.locator('script[type="application/json"]').text_content())
 
 
 def test_chapters_3_to_8_hold_at_least_five_interactive_figures(build):
@@ -107,20 +117,15 @@ def test_interactive_figures_compute_the_library_weights(site, browser, build, d
     the figure stays legible in the dark theme."""
     if not _figures_in(build, doc):
         pytest.fail(f"{doc} has no interactive attention figure")
-    import json
 
     outside: list[str] = []
     errors: list[str] = []
     context, page = open_watched(browser, site, doc, outside, errors)
     try:
-        figures = page.locator(STORED)
         hovered = 0
-        for n in range(figures.count()):
-            fig = figures.nth(n)
-            fig.scroll_into_view_if_needed()
+        for n, fig, data in each_figure(page):
             assert fig.get_attribute("data-ax-ready") == "1", f"{doc}: figure {n} was not drawn by its script"
             assert fig.locator(".ax-fallback").count() == 0, f"{doc}: figure {n} still shows its fallback text"
-            data = json.loads(fig.locator('script[type="application/json"]').text_content())
             T, s0 = data["T"], data["state"]
             state = {"layer": s0["layer"], "head": s0["head"], "scaled": s0["scaled"], "causal": s0["causal"],
                      "tau": s0["temperature"]}
@@ -278,19 +283,14 @@ def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
     The figure's pictures say what they show, and axe-core (WCAG 2.1 A/AA) finds nothing in the figure."""
     if not _figures_in(build, doc):
         pytest.fail(f"{doc} has no interactive attention figure")
-    import json
 
 
     outside: list[str] = []
     errors: list[str] = []
     context, page = open_watched(browser, site, doc, outside, errors, failed_responses=True)
     try:
-        figures = page.locator(STORED)
-        for n in range(figures.count()):
-            fig = figures.nth(n)
+        for n, fig, data in each_figure(page):
             where = f"{doc}: figure {n}"
-            fig.scroll_into_view_if_needed()
-            data = json.loads(fig.locator('script[type="application/json"]').text_content())
             T, state = data["T"], _ax_state(data)
             P = _expected_weights(data, state["layer"], state["head"], state["scaled"], state["causal"],
                                   state["tau"])
@@ -406,13 +406,9 @@ def test_interactive_figures_fit_a_phone(site, browser, build, doc):
         page = context.new_page()
         page.goto(site + f"{doc}.html", wait_until="load", timeout=30_000)
         assert page.evaluate("() => matchMedia('(hover: none)').matches"), "the phone context still hovers"
-        figures = page.locator(STORED)
-        for n in range(figures.count()):
-            fig = figures.nth(n)
+        for n, fig, data in each_figure(page):
             where = f"{doc}: figure {n} at 390 px"
-            fig.scroll_into_view_if_needed()
-            T = int(fig.evaluate("(f) => JSON.parse(f.querySelector('script[type=\"application/json\"]')"
-                                 ".textContent).T"))
+            T = data["T"]
             box = fig.evaluate("""(f) => {
                 const c = f.getBoundingClientRect(), cs = getComputedStyle(f);
                 const inner = [c.left + parseFloat(cs.borderLeftWidth) + parseFloat(cs.paddingLeft),
@@ -484,18 +480,13 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
     and axe-core's color-contrast on the figure's HTML text (controls, readout, help, table)."""
     if not _figures_in(build, doc):
         pytest.fail(f"{doc} has no interactive attention figure")
-    import json
 
 
     outside: list[str] = []
     context, page = open_watched(browser, site, doc, outside)
     try:
-        figures = page.locator(STORED)
-        for n in range(figures.count()):
-            fig = figures.nth(n)
+        for n, fig, data in each_figure(page):
             where = f"{doc}: figure {n}"
-            fig.scroll_into_view_if_needed()
-            data = json.loads(fig.locator('script[type="application/json"]').text_content())
             worst: dict[str, float] = {}
             bad: list[str] = []
 
@@ -580,8 +571,6 @@ LIVE_TIMER_JS = """(f) => { const box = f.querySelector('textarea'); let t0 = 0;
 
 def _live_reference(page, fig):
     """The library's model rebuilt from the weights in the page (attnlib.live.page_model), and the vocabulary."""
-    import json
-
     from attnlib.live import page_model
 
     data = json.loads(fig.locator('script[type="application/json"]').text_content())

@@ -5,38 +5,13 @@ The pages themselves only draw the figures; these tests read the numbers written
 """
 from __future__ import annotations
 
-import html.parser
 import json
 import math
-from pathlib import Path
 
 import torch
 
 from attnlib import causal_mask, running_X0, softmax
-
-BOOK = Path(__file__).resolve().parents[1] / "book"
-
-
-class _JsonScripts(html.parser.HTMLParser):
-    """The text of every <script type="application/json"> of an HTML fragment."""
-
-    def __init__(self):
-        super().__init__()
-        self.found: list[str] = []
-        self._in = False
-
-    def handle_starttag(self, tag, attrs):
-        self._in = tag == "script" and dict(attrs).get("type") == "application/json"
-        if self._in:
-            self.found.append("")
-
-    def handle_endtag(self, tag):
-        if tag == "script":
-            self._in = False
-
-    def handle_data(self, data):
-        if self._in:
-            self.found[-1] += data
+from helpers import BOOK, html_parts
 
 
 def stored_figures(name: str) -> list[dict]:
@@ -48,9 +23,8 @@ def stored_figures(name: str) -> list[dict]:
             page = out.get("data", {}).get("text/html")
             if page is None:
                 continue
-            parser = _JsonScripts()
-            parser.feed("".join(page) if isinstance(page, list) else page)
-            figures += [json.loads(text) for text in parser.found]
+            scripts = html_parts("".join(page) if isinstance(page, list) else page).scripts
+            figures += [json.loads(text) for attrs, text in scripts if attrs.get("type") == "application/json"]
     return figures
 
 
