@@ -16,6 +16,7 @@ from attnlib import (
     GPT,
     Block,
     FusedProjections,
+    GPTConfig,
     KVCache,
     MultiHeadAttention,
     Projections,
@@ -164,14 +165,14 @@ def test_split_then_merge_is_the_identity_and_heads_are_column_slices():
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", None])
 def test_cached_generation_equals_full_recomputation(pos):
     torch.manual_seed(0)
-    model = GPT(30, 32, 4, 2, max_T=40, pos=pos).eval()
+    model = GPT(GPTConfig(30, 32, 4, 2, max_T=40, pos=pos)).eval()
     ids = torch.randint(0, 30, (2, 6))
     assert torch.equal(model.generate(ids, 12, use_cache=True), model.generate(ids, 12, use_cache=False))
 
 
 def test_stack_forward_equals_a_chain_of_torch_layers():
     torch.manual_seed(3)
-    model = GPT(20, 16, 2, 3, max_T=16, pos="learned").eval()
+    model = GPT(GPTConfig(20, 16, 2, 3, max_T=16, pos="learned")).eval()
     ids = torch.randint(0, 20, (2, 9))
     X = model.embed_tokens(ids)
     for block in model.blocks:

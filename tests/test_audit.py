@@ -612,24 +612,144 @@ def test_a_core_that_multiplies_k_is_still_named_when_v_is_wider():
     assert "V of width d_v=12" in str(report)
 
 
-def test_the_report_says_an_object_ran_in_eval_mode():
-    class BatchNormModel(nn.Module):   # BatchNorm mixes the sequences of a batch in train mode only
+class BatchNormModel(nn.Module):
+    """BatchNorm over the features of (B, T, C): in train mode its batch statistics mix sequences and positions."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.e, self.bn, self.head = nn.Embedding(30, 16), nn.BatchNorm1d(16), nn.Linear(16, 30)
+
+    def forward(self, ids):
+        return self.head(self.bn(self.e(ids).transpose(1, 2)).transpose(1, 2))
+
+
+def test_an_object_is_audited_in_its_own_mode_and_left_as_it_was():
+    model = BatchNormModel()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = audit(model, kind="model", vocab_size=30)
+    assert {"batch-mixing", "leak"} <= set(report.labels), report
+    assert report.looked_at[-1].startswith("all of it with the object in train mode"), report
+    assert report.looked_at[0].startswith("the trace")
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    model.eval()   # running statistics: each position on its own
+    report = audit(model, kind="model", vocab_size=30)
+    assert report.ok and report.looked_at[-1].startswith("all of it with the object in eval mode"), report
+    assert "eval mode" in report._repr_html_()
+    assert "train mode" in audit.__doc__
+    assert not any("mode" in s for s in audit(sdpa_core).looked_at)   # a function has no mode
+
+
+def test_dropout_in_train_mode_is_not_a_leak():
+    """Each call starts from the same seed, so dropout drops the same entries and the probes compare like with like."""
+    class Dropping(nn.Module):
         def __init__(self):
             super().__init__()
             torch.manual_seed(0)
-            self.e, self.bn, self.head = nn.Embedding(30, 16), nn.BatchNorm1d(16), nn.Linear(16, 30)
+            self.mha, self.drop = nn.MultiheadAttention(D, H, dropout=0.1, batch_first=True), nn.Dropout(0.1)
 
-        def forward(self, ids):
-            return self.head(self.bn(self.e(ids).transpose(1, 2)).transpose(1, 2))
+        def forward(self, x):
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)
+            return self.drop(self.mha(self.drop(x), x, x, attn_mask=mask)[0])
 
-    model = BatchNormModel()
-    report = audit(model, kind="model", vocab_size=30)
-    assert report.looked_at[-1].startswith("all of it with the object in eval mode"), report
-    assert report.looked_at[0].startswith("the trace")
-    assert "eval mode" in str(report) and "eval mode" in report._repr_html_()
-    assert model.training                                # its mode is restored
-    assert "eval mode" in audit.__doc__
-    assert not any("eval mode" in s for s in audit(sdpa_core).looked_at)   # a function has no mode
+    layer = Dropping().train()
+    report = audit(layer, kind="layer", d_model=D)
+    assert report.ok, report
+    assert layer.training
+
+
+def test_a_llama_model_in_train_mode_is_clean(impl="sdpa"):
+    """Llama's grouped K/V heads reach SDPA with fewer heads than Q (enable_gqa); its attention dropout is on."""
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=D, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=H, num_key_value_heads=2, max_position_embeddings=32,
+                                      attention_dropout=0.1, attn_implementation=impl)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).train()
+    report = audit(model, kind="model", vocab_size=50)
+    assert report.ok, report
+
+
+def test_baddbmm_with_alpha_is_scaled_attention():
+    """baddbmm(·, Q, Kᵀ, beta=0, alpha=1/√d_k), the way some Hugging Face models compute scores: alpha is the scale."""
+    def core(Q, K, V, alpha=None):
+        B, h, T_q, d_k = Q.shape
+        T_k = K.shape[-2]
+        q, k = Q.reshape(B * h, T_q, d_k), K.reshape(B * h, T_k, d_k)
+        S = torch.baddbmm(torch.empty(B * h, T_q, T_k, dtype=Q.dtype), q, k.mT, beta=0.0,
+                          alpha=alpha or 1 / math.sqrt(d_k))
+        S = S.masked_fill(torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q), torch.finfo(S.dtype).min)
+        return (S.softmax(-1) @ V.reshape(B * h, T_k, -1)).reshape(B, h, T_q, -1)
+
+    assert audit(core).ok
+    assert audit(lambda Q, K, V: core(Q, K, V, alpha=1 / Q.shape[-1])).labels == ["scale"]
+
+
+class EinsumPositionsFirst(nn.Module):
+    """Correct: heads kept as (B, T, h, d_head) and the scores by einsum "bqhd,bkhd->bhqk"; `split` makes the
+    bug of splitting the heads with a reshape of (B, T, C) into (B, h, T, d_head) and back, `times_k` the bug of
+    weights that multiply k."""
+
+    def __init__(self, split=False, times_k=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.split, self.times_k = nn.Linear(D, 3 * D), split, times_k
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.reshape(B, T, H, C // H) for t in self.qkv(x).split(C, -1))
+        if self.split:
+            q, k, v = (t.reshape(B, H, T, C // H).transpose(1, 2) for t in (q, k, v))
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(C // H)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), k if self.times_k else v).reshape(B, T, C)
+
+
+def test_an_einsum_over_positions_first_heads_is_read_by_its_equation():
+    assert audit(EinsumPositionsFirst(), kind="layer", d_model=D).ok
+    assert "head-split" in audit(EinsumPositionsFirst(split=True), kind="layer", d_model=D).labels
+    assert audit(EinsumPositionsFirst(times_k=True), kind="layer", d_model=D).labels == ["weights-times-K"]
+
+
+class ChunkedPrefill(nn.Module):
+    """Reads a prompt in chunks of three through a key/value cache; `bug` hands SDPA is_causal=True for the later
+    chunks, which aligns their queries top-left. Only a prompt longer than one chunk shows it."""
+
+    def __init__(self, bug):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.qkv, self.head, self.bug = nn.Embedding(30, D), nn.Linear(D, 3 * D), nn.Linear(D, 30), bug
+
+    def forward(self, ids):
+        x, cache, out = self.emb(ids), None, []
+        for s in range(0, ids.shape[1], 3):
+            B, T, C = x[:, s:s + 3].shape
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x[:, s:s + 3]).split(C, -1))
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+            cache, T_k = (k, v), k.shape[2]
+            keep = None if self.bug else torch.ones(T, T_k, dtype=torch.bool).tril(T_k - T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=self.bug)
+            out.append(y.transpose(1, 2).reshape(B, T, C))
+        return self.head(x + torch.cat(out, 1))
+
+
+def test_a_prompt_read_in_chunks_is_traced_at_the_longest_length():
+    assert audit(ChunkedPrefill(bug=False), kind="model", vocab_size=30, max_T=8).ok
+    report = audit(ChunkedPrefill(bug=True), kind="model", vocab_size=30, max_T=8)
+    assert "mask-offset" in report.labels and "T=8" in str(report), report
+
+
+def test_mixing_before_the_projections_is_a_leak_not_a_head_split():
+    class ConvFirst(nn.Module):   # a convolution over time with padding on both sides, then correct attention
+        def __init__(self):
+            super().__init__()
+            self.conv, self.attn = nn.Conv1d(D, D, 3, padding=1), ours()
+
+        def forward(self, x):
+            return self.attn(self.conv(x.transpose(1, 2)).transpose(1, 2))
+
+    report = audit(ConvFirst(), kind="layer", d_model=D)
+    assert "leak" in report.labels and "head-split" not in report.labels, report
 
 
 @pytest.mark.parametrize("how", ["matmul", "einsum", "cached"])

@@ -17,6 +17,7 @@ import attnlib
 import attnlib.gpt2
 import attnlib.induction
 import attnlib.live
+import attnlib.norms
 import attnlib.train
 from attnlib import (
     GPT,
@@ -24,6 +25,7 @@ from attnlib import (
     Block,
     CharTokenizer,
     FusedProjections,
+    GPTConfig,
     KVCache,
     LearnedPositions,
     MultiHeadAttention,
@@ -42,14 +44,16 @@ from attnlib import (
     softmax,
     split_heads,
 )
+from attnlib.audit import audit
 from attnlib.costs import attention_flops, attention_params, count_ops, kv_cache_bytes, ops_called
-from attnlib.heads import repeat_kv
+from attnlib.explore import AttentionExplorer
+from attnlib.heads import multi_head_attention, repeat_kv
 from attnlib.plots import heads_grid, mask_picture
 from attnlib.reading import Place, find_line, line_changed, show_code, source_lines
 from attnlib.train import evaluate, random_batch
 
 mha = MultiHeadAttention(64, 8)
-model = GPT(50, 32, 4, 1, max_T=16)
+model = GPT(GPTConfig(50, 32, 4, 1, max_T=16))
 
 
 def _filled_cache(B=2):
@@ -57,6 +61,22 @@ def _filled_cache(B=2):
     small = MultiHeadAttention(8, 2)
     small(torch.randn(B, 3, 8), cache=cache)
     return small, cache
+
+
+small = GPT(attnlib.GPTConfig(vocab_size=11, d_model=16, h=2, L=1, max_T=8))
+for _one in (lambda: 1,):   # a lambda on a line that opens a block: its source is no statement on its own
+    _LAMBDA_IN_A_FOR = _one
+
+
+def _extended(K_new, V_new):
+    cache = KVCache()
+    cache.extend(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    return cache.extend(K_new, V_new)
+
+
+def _renamed_tensor(data):
+    data["tensors"][0][0] = "nope"
+    return data
 
 
 def _caches(lengths):
@@ -72,6 +92,9 @@ CASES = [
     ("x of the wrong width", lambda: mha(torch.randn(2, 7, 32)), ValueError, ["(B, T, d_model=64)", "(2, 7, 32)"]),
     ("d_model not divisible by h", lambda: MultiHeadAttention(64, 5), ValueError, ["d_model=64", "h=5"]),
     ("split into a non-dividing h", lambda: split_heads(torch.randn(1, 3, 10), 4), ValueError, ["d_model=10", "h=4"]),
+    ("fused weights of the wrong width", lambda: multi_head_attention(torch.randn(1, 3, 8), torch.randn(8, 16),
+                                                                       torch.randn(8, 8), 2),
+     ValueError, ["W_QKV", "3·d_model=24", "(8, 16)"]),
     ("T beyond the context length", lambda: model(torch.zeros(1, 17, dtype=torch.long)), ValueError,
      ["T=17", "max_T=16"]),
     ("learned positions past max_T", lambda: LearnedPositions(8, 4)(9), ValueError, ["T=9", "max_T=8"]),
@@ -102,7 +125,7 @@ CASES = [
     ("a mask with fewer keys than queries", lambda: causal_mask(5, 3), ValueError, ["T_k=3", "T_q=5"]),
     ("zero heads", lambda: Block(16, 0), ValueError, ["h must be a positive integer", "0"]),
     ("unknown norm placement", lambda: Block(16, 4, norm="middle"), ValueError, ["'pre' or 'post'", "'middle'"]),
-    ("unknown position kind", lambda: GPT(10, pos="absolute"), ValueError, ["'rope'", "'absolute'"]),
+    ("unknown position kind", lambda: GPT(GPTConfig(10, pos="absolute")), ValueError, ["'rope'", "'absolute'"]),
     ("a character the toy tokenizer lacks", lambda: ToyTokenizer().encode("The cat"), ValueError,
      ["'T'", "position 0"]),
     ("text that is empty", lambda: ToyTokenizer().encode(""), ValueError, ["empty"]),
@@ -130,7 +153,7 @@ CASES = [
      ValueError, ["-100", "at least one target"]),
     ("a target outside the vocabulary", lambda: model.loss(torch.zeros(1, 3, dtype=torch.long),
                                                             torch.tensor([[1, 50, 2]])), ValueError, ["50", "0..49"]),
-    ("per-layer caches of different lengths", lambda: GPT(50, 32, 4, 2, max_T=16)(
+    ("per-layer caches of different lengths", lambda: GPT(GPTConfig(50, 32, 4, 2, max_T=16))(
         torch.zeros(1, 1, dtype=torch.long), _caches([3, 2])), ValueError, ["same positions", "[3, 2]"]),
     ("a one-dimensional embedding table", lambda: one_hot_embedding(torch.tensor([0, 1]), torch.randn(5)),
      ValueError, ["(vocab_size, d_model)", "(5,)"]),
@@ -154,7 +177,7 @@ CASES = [
     ("softmax of a bool tensor", lambda: softmax(torch.ones(3, dtype=torch.bool)), TypeError, ["torch.bool"]),
     ("a cache from another batch", lambda: (lambda m, c: m(torch.randn(1, 1, 8), cache=c))(*_filled_cache(2)),
      ValueError, ["cache", "B=1", "(2, 2, 3, 4)"]),
-    ("one cache shared by two layers", lambda: (lambda c: GPT(50, 32, 4, 2, max_T=16)(
+    ("one cache shared by two layers", lambda: (lambda c: GPT(GPTConfig(50, 32, 4, 2, max_T=16))(
         torch.zeros(1, 1, dtype=torch.long), [c, c]))(KVCache()), ValueError, ["caches[1]", "caches[0]"]),
     ("a negative width for a block", lambda: Block(-8, 2), ValueError, ["d_model", "-8"]),
     ("zero columns of heads", lambda: heads_grid(torch.rand(2, 3, 3), list("abc"), cols=0), ValueError,
@@ -177,7 +200,8 @@ CASES = [
     ("a K/V group of zero heads", lambda: repeat_kv(torch.randn(1, 2, 3, 4), 0), ValueError, ["n_rep", "0"]),
     ("a fractional number of key/value heads", lambda: kv_cache_bytes(12, 1.5, 64), TypeError, ["h_kv", "1.5"]),
     # vague messages
-    ("RoPE with an odd d_head", lambda: GPT(50, 12, 4, 1, pos="rope"), ValueError, ["pos='rope'", "d_head=3"]),
+    ("RoPE with an odd d_head", lambda: GPT(GPTConfig(50, 12, 4, 1, pos="rope")), ValueError,
+     ["pos='rope'", "d_head=3"]),
     ("a prompt that leaves no room", lambda: model.generate(torch.zeros(1, 10, dtype=torch.long), 8), ValueError,
      ["n_new=8", "max_T=16"]),
     ("an agreement without a bound", lambda: attnlib.agree(torch.zeros(2), torch.zeros(2), within=0), ValueError,
@@ -204,8 +228,9 @@ CASES = [
                                                   positions=torch.zeros(1, 3, dtype=torch.long, device="meta")),
      ValueError, ["positions is a meta tensor"]),
     # the config's own fields
-    ("a derived d_head that disagrees", lambda: GPT(vocab_size=10, d_model=16, h=2, d_head=4), ValueError,
-     ["d_head", "16 / 2 = 8", "d_head=4"]),
+    ("GPT given the config's fields", lambda: GPT(10), TypeError, ["GPT takes a GPTConfig", "got 10 (int)",
+                                                                    "GPT(GPTConfig(vocab_size"]),
+    ("GPT given a dict", lambda: GPT({"vocab_size": 10}), TypeError, ["GPTConfig", "dict", "GPT(GPTConfig(**fields))"]),
     # live: the page's text, model and payload
     ("page_text of None", lambda: attnlib.live.page_text(None, ["a"]), TypeError, ["text must be a string", "None"]),
     ("page_text with a string vocab", lambda: attnlib.live.page_text("a", "abc"), TypeError, ["vocab", "'abc'"]),
@@ -257,6 +282,55 @@ CASES = [
         attnlib.train.WEIGHTS), ValueError, ["wrong weights file", "load_models", "chapter 8's character models"]),
     ("a weights file that is not one", lambda: attnlib.induction.stored_losses(pathlib.Path(__file__)), ValueError,
      ["not a safetensors weights file"]),
+    ("a table over seeds read from chapter 7's runs", lambda: attnlib.train.load_seed_table(attnlib.norms.NORM_RUNS),
+     ValueError, ["wrong file for load_seed_table", "'recipe'"]),
+    ("chapter 7's runs read from the table over seeds", lambda: attnlib.norms.stored_norm_runs(
+        attnlib.train.SEED_TABLE), ValueError, ["wrong file for stored_norm_runs", "'config'"]),
+    ("a table over seeds read from a weights file", lambda: attnlib.train.load_seed_table(attnlib.train.WEIGHTS),
+     ValueError, ["not a JSON file", "load_seed_table"]),
+    # the boundary of the later modules
+    ("a cache extended by keys of another width", lambda: _extended(torch.zeros(1, 2, 1, 7), torch.zeros(1, 2, 1, 8)),
+     ValueError, ["K_new", "d_head=8", "(1, 2, 1, 7)"]),
+    ("a causal mask of more queries than keys", lambda: attnlib.combine_masks(None, 4, 2), ValueError,
+     ["T_k=2", "T_q=4"]),
+    ("RoPE positions past float64's exact integers", lambda: rope_angles(4, 4, offset=10**19), ValueError,
+     ["offset + T", "2**53", "offset=10000000000000000000"]),
+    ("a Place in a lambda", lambda: Place(_LAMBDA_IN_A_FOR, 1), TypeError,
+     ["fn must be a function defined by a def statement", "<lambda>"]),
+    ("show_code replacing a line it lacks", lambda: show_code(softmax, replace={"nothere": "x"}), ValueError,
+     ["replace's keys must be lines of softmax's source", "softmax has no line 'nothere'"]),
+    ("line_changed to a line that is not Python", lambda: line_changed(find_line("e = Z.exp()", [softmax]),
+                                                                       new="e = ("), ValueError,
+     ["new must be one line of valid Python", "'e = ('"]),
+    ("page_model of a tensor the model lacks", lambda: attnlib.live.page_model(_renamed_tensor(_live_figure().data)),
+     ValueError, ["data['tensors']", "'nope'"]),
+    ("a LiveModel without a vocabulary", lambda: attnlib.live.LiveModel(_live_figure().model, None, "a", ""),
+     TypeError, ["vocab must be a list of strings", "None"]),
+    ("training a meta model", lambda: attnlib.train.train(GPT(small.config).to("meta"),
+                                                          torch.zeros(50, dtype=torch.long), steps=1, T=4, B=2),
+     ValueError, ["model is on the meta device"]),
+    ("ask_gpt2 of a meta model", lambda: _gpt2_reading().ask_gpt2(_gpt2_reading().tiny_gpt2().to("meta")),
+     ValueError, ["model is on the meta device"]),
+    ("answers that are not a dict", lambda: _gpt2_reading().Answers(None, None), TypeError,
+     ["passed must be a dict", "None"]),
+    ("a block without residuals of no block", lambda: attnlib.norms.WithoutResidual(None), TypeError,
+     ["block must be a Block", "NoneType"]),
+    ("a block without residuals fed the wrong width", lambda: attnlib.norms.WithoutResidual(Block(16, 2))(
+        torch.randn(2, 4, 8)), ValueError, ["X must be (B, T, d_model=16)", "(2, 4, 8)"]),
+    ("gradient norms with targets of another shape", lambda: attnlib.norms.block_grad_norms(
+        small, torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), ValueError,
+     ["targets", "(2, 5)", "(2, 3)"]),
+    ("the spread of ids outside the vocabulary", lambda: attnlib.norms.position_spread(
+        small, torch.full((2, 5), 28)), ValueError, ["28", "0..10"]),
+    ("an assignment to the frozen config", lambda: setattr(small.config, "h", 3), AttributeError,
+     ["config.h cannot be set", "dataclasses.replace(config, h=3)"]),
+    ("a model moved to cuda without CUDA", lambda: _without_accelerators(lambda: GPT(small.config).to("cuda")),
+     ValueError, ["device='cuda'", "CUDA was asked for, but this machine has none"]),
+    ("an attention figure of an empty payload", lambda: AttentionExplorer({}), ValueError,
+     ["data must hold the keys explore() writes", "missing"]),
+    ("an attention figure of None", lambda: AttentionExplorer(None), TypeError, ["data must be the payload", "None"]),
+    ("an audit of a class, not an instance", lambda: audit(MultiHeadAttention, "layer", d_model=16), TypeError,
+     ["obj must be an instance", "the class MultiHeadAttention"]),
 ]
 
 
@@ -268,6 +342,9 @@ CASES = [
     ("rope_angles", lambda: rope_angles(10**10, 64), ["table of angles", "T=10000000000"]),
     ("tile_plan", lambda: attnlib.tile_plan(10**9, 10**9, 1, 1), ["tile plan", "T_q=1000000000 / block_q=1"]),
     ("repeat_kv", lambda: attnlib.repeat_kv(torch.zeros(1, 1, 100, 100), 10**12), ["repeat_kv", "n_rep=10**12"]),
+    ("running_X0", lambda: attnlib.running_X0(d_model=10**12), ["running_X0", "d_model=10**12"]),
+    ("audit", lambda: audit(lambda Q, K, V: attnlib.attention(Q, K, V), "core", max_T=10**9),
+     ["audit", "max_T=1000000000"]),
 ])
 def test_huge_masks_tables_and_plans_fail_before_allocating(what, call, fragments):
     fragments = [f.replace("10**12", str(10**12)) for f in fragments]
@@ -319,11 +396,10 @@ def test_agree_compares_complex_numbers_whole():
     assert attnlib.agree(torch.tensor([1 + 1j]), np.array([1 + 1j]), within=1e-12) == "equal within 1e-12"
 
 
-def test_a_config_as_a_dict_builds_the_same_model():
-    import dataclasses
-
+def test_the_config_is_the_one_way_to_build_a_model():
     config = attnlib.GPTConfig(vocab_size=10, d_model=16, h=2, L=1)
-    assert GPT(**dataclasses.asdict(config)).config == config
+    model = GPT(config)
+    assert model.config is config and GPT(model.config).config == config
 
 
 @pytest.mark.parametrize("call,exc,fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

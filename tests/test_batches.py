@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlib import GPT, KVCache, MultiHeadAttention, apply_rope, attention, attention_weights, causal_mask
+from attnlib import GPT, GPTConfig, KVCache, MultiHeadAttention, apply_rope, attention, attention_weights, causal_mask
 from attnlib.attention import combine_masks, padding_mask, sliding_window_mask
 from attnlib.batches import pad_prompts, position_ids
 from attnlib.gpt2 import from_gpt2
@@ -36,7 +36,7 @@ def prompts_of(lengths, seed: int) -> list[torch.Tensor]:
 
 def padded_gpt(pos, seed: int = 0, backend: str = "sdpa", **kw) -> GPT:
     torch.manual_seed(seed)
-    model = GPT(V, 16, 2, 2, max_T=24, pos=pos, backend=backend, **kw).eval()
+    model = GPT(GPTConfig(V, 16, 2, 2, max_T=24, pos=pos, backend=backend, **kw)).eval()
     with torch.no_grad():          # a larger init than 0.02: logits far from uniform, no near-ties
         for p in model.parameters():
             if p.dim() == 2:

@@ -101,7 +101,7 @@ def test_an_empty_batch_works_in_every_module_and_gives_an_empty_batch():
     x = torch.randn(0, 5, 8)
     assert MultiHeadAttention(8, 2)(x).shape == (0, 5, 8)
     assert Block(8, 2)(x).shape == (0, 5, 8)
-    model = GPT(11, 8, 2, 1, max_T=8).eval()
+    model = GPT(GPTConfig(11, 8, 2, 1, max_T=8)).eval()
     ids = torch.zeros(0, 5, dtype=torch.long)
     assert model(ids).shape == (0, 5, 11)
     assert model.generate(ids, 3).shape == (0, 8)
@@ -109,7 +109,7 @@ def test_an_empty_batch_works_in_every_module_and_gives_an_empty_batch():
 
 
 def test_the_loss_of_nothing_is_an_error_not_nan():
-    model = GPT(11, 8, 2, 1, max_T=8)
+    model = GPT(GPTConfig(11, 8, 2, 1, max_T=8))
     ids = torch.zeros(0, 5, dtype=torch.long)
     with pytest.raises(ValueError, match="at least one target"):
         model.loss(ids, ids)
@@ -120,7 +120,7 @@ def test_the_loss_of_nothing_is_an_error_not_nan():
 
 def test_ignored_targets_are_skipped():
     torch.manual_seed(0)
-    model = GPT(11, 8, 2, 1, max_T=8).eval()
+    model = GPT(GPTConfig(11, 8, 2, 1, max_T=8)).eval()
     ids, targets = torch.tensor([[1, 2, 3]]), torch.tensor([[-100, 4, -100]])
     want = F.cross_entropy(model(ids)[0, 1:2], torch.tensor([4]))
     torch.testing.assert_close(model.loss(ids, targets), want)
@@ -133,7 +133,7 @@ def test_ignored_targets_are_skipped():
 def test_generate_fills_the_context_exactly(pos):
     """The last new token is returned, never fed back: a prompt of T and n_new = max_T - T + 1 fits."""
     torch.manual_seed(0)
-    model = GPT(11, 8, 2, 2, max_T=6, pos=pos).eval()
+    model = GPT(GPTConfig(11, 8, 2, 2, max_T=6, pos=pos)).eval()
     ids = torch.tensor([[1, 2]])
     cached, recomputed = model.generate(ids, 5), model.generate(ids, 5, use_cache=False)
     assert cached.shape == (1, 7) and torch.equal(cached, recomputed)
@@ -144,7 +144,7 @@ def test_generate_fills_the_context_exactly(pos):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_sampling_at_a_tiny_temperature_is_greedy(dtype):
     torch.manual_seed(0)
-    model = GPT(13, 16, 2, 1, max_T=16).to(dtype).eval()
+    model = GPT(GPTConfig(13, 16, 2, 1, max_T=16)).to(dtype).eval()
     ids = torch.tensor([[1, 2, 3]])
     sampled = model.generate(ids, 6, temperature=1e-6, generator=torch.Generator().manual_seed(0))
     assert torch.equal(sampled, model.generate(ids, 6))
@@ -152,7 +152,7 @@ def test_half_precision_sampling_at_a_tiny_temperature_is_greedy(dtype):
 
 @pytest.mark.parametrize("temperature", [-1.0, float("nan"), float("inf"), "hot"])
 def test_a_temperature_that_is_no_temperature_is_rejected(temperature):
-    model = GPT(11, 8, 2, 1, max_T=8)
+    model = GPT(GPTConfig(11, 8, 2, 1, max_T=8))
     with pytest.raises((ValueError, TypeError), match="temperature"):
         model.generate(torch.tensor([[1]]), 2, temperature=temperature)
 

@@ -9,6 +9,7 @@ parameter with them, compares dtype and device, and keeps its second hint level 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import sys
@@ -171,6 +172,8 @@ def correct_answers(monkeypatch):
     real_judge, real_judge_number = judge, judge_number
 
     def judge_reference(fn, cases, reference, *args, **kwargs):
+        if reference is not None:   # a property judges how the learner computes, not what: the reference is exempt
+            kwargs.pop("properties", None)
         return real_judge(reference if reference is not None else fn, cases, reference, *args, **kwargs)
 
     def judge_want(value, want, *args, **kwargs):
@@ -207,7 +210,20 @@ def test_a_checker_leaves_the_learners_random_state_alone_on_wrong_answers(check
 
 # Correct answers for the checkers that are not built on judge or judge_number (the fixture cannot make those
 # judge their own reference). Each entry is the tuple of answers the checker takes.
+def _deepened(blocks):
+    """A correct deeper stack: each block's copy, then a copy whose output layers start at zero."""
+    deeper = torch.nn.ModuleList()
+    for block in blocks:
+        new = copy.deepcopy(block)
+        with torch.no_grad():
+            for p in [*new.attn.W_O.parameters(), *new.mlp.W_2.parameters()]:
+                p.zero_()
+        deeper.extend([copy.deepcopy(block), new])
+    return deeper
+
+
 CORRECT: dict[str, tuple] = {
+    "check_deepen": (_deepened,),   # judged by properties alone: no reference to hand in
     # the capstone's reading of GPT-2: lines of the installed transformers source, and a question per planted copy
     "check_gpt2_lines": ({1: "query_states, key_states, value_states = self.c_attn(hidden_states)"
                              ".split(self.split_size, dim=2)",
@@ -219,6 +235,7 @@ CORRECT: dict[str, tuple] = {
     "check_audit_prediction": (lambda Q, K, V: (Q @ K.mT).masked_fill(torch.ones(
         Q.shape[-2], K.shape[-2], dtype=torch.bool).triu(1 + K.shape[-2] - Q.shape[-2]), -math.inf).softmax(-1) @ V,
         {"scale"}),
+    "check_audit_labels": ({"mask-after-softmax", "leak"},),
 }
 
 
@@ -522,7 +539,7 @@ def test_the_first_hint_points_and_the_second_says_more():
 def test_the_second_level_of_a_generic_difference_says_where():
     v1, v2 = check_demo_levels(lambda x: 2 * x + (x == 2)), check_demo_levels(lambda x: 2 * x + (x == 2), hint=2)
     assert_named(v1, "values", "hint=2")
-    assert_named(v2, "values", "index (1,)", "expected 4")
+    assert_named(v2, "values", "at (1,) yours is 5", "expected 4")
 
 
 @pytest.mark.parametrize("level", [0, 4, "2", True, None])

@@ -6,90 +6,72 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib import KVCache
+from attnlib import KVCache, sliding_window_mask
 from attnlib.checks.batches import (
     NONZERO_LENGTHS,
     check_batched_generation,
     check_nonzero_weights,
+    check_packed_positions,
     check_sink_window_mask,
-    check_step_positions,
 )
 from helpers import assert_accepted, assert_named, stub
 
 # ---------------------------------------------------------------------------------------------- positions
 
 
-def good_positions(attention_mask, n_new):
-    return ((attention_mask != 0).long().cumsum(-1) - 1).clamp(min=0)[:, -n_new:]
+def good_positions(doc_ids):
+    col = torch.arange(doc_ids.shape[-1]).expand_as(doc_ids)
+    new = torch.ones_like(doc_ids, dtype=torch.bool)
+    new[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    first = torch.where(new, col, 0).cummax(-1).values       # column where the current document began
+    return (col - first).masked_fill(doc_ids < 0, 0)
 
 
-def arange_minus_pads(attention_mask, n_new):
-    T = attention_mask.shape[1]
-    pads = (attention_mask == 0).sum(1, keepdim=True)
-    return (torch.arange(T).repeat(attention_mask.shape[0], 1) - pads).clamp(min=0)[:, -n_new:]
+def loop_positions(doc_ids):
+    out = torch.zeros_like(doc_ids)
+    for b, row in enumerate(doc_ids.tolist()):
+        n = 0
+        for t, d in enumerate(row):
+            n = 0 if t == 0 or d != row[t - 1] else n + 1
+            out[b, t] = n if d >= 0 else 0
+    return out
 
 
-POSITION_WRONG = {
-    "columns": lambda m, n: torch.arange(m.shape[1]).repeat(m.shape[0], 1)[:, -n:],
-    "counted-pads": lambda m, n: ((m == 0).long().cumsum(-1) - 1).clamp(min=0)[:, -n:],
-    "sliced-first": lambda m, n: ((m[:, -n:] != 0).long().cumsum(-1) - 1).clamp(min=0),
-    "one-too-far": lambda m, n: (m != 0).long().cumsum(-1)[:, -n:],             # an offset one position too far
-    "no-clamp": lambda m, n: ((m != 0).long().cumsum(-1) - 1)[:, -n:],
-    "assumes-left-padding": arange_minus_pads,
-    "bitwise-not": lambda m, n: ((~m).long().cumsum(-1) - 1).clamp(min=0)[:, -n:],   # the is_pad recipe as is
-    "float-positions": lambda m, n: (m.cumsum(-1) - 1).clamp(min=0)[:, -n:],        # float mask → float
-}
+def mask_sum_positions(doc_ids):                               # chapter 4's packed mask, summed along each row
+    T = doc_ids.shape[-1]
+    same = doc_ids[..., :, None] == doc_ids[..., None, :]
+    return ((same & torch.ones(T, T, dtype=torch.bool).tril()).sum(-1) - 1).masked_fill(doc_ids < 0, 0)
 
 
-def test_step_positions_solution_is_accepted():
-    assert_accepted(check_step_positions(good_positions))
-    assert_accepted(check_step_positions(lambda m, n: (m.bool().long().cumsum(-1) - 1).clamp(min=0)[:, -n:]))
+def test_packed_positions_solution_and_rewrites_are_accepted():
+    for answer in (good_positions, loop_positions, mask_sum_positions):
+        assert_accepted(check_packed_positions(answer))
 
 
-@pytest.mark.parametrize("label", sorted(POSITION_WRONG))
-def test_step_positions_mistakes_are_named(label):
-    assert_named(check_step_positions(POSITION_WRONG[label]), label)
+def test_packed_positions_stub_and_junk():
+    assert_named(check_packed_positions(stub), "stub")
+    assert_named(check_packed_positions(lambda d: d[:, :1]), "shape")
+    assert_named(check_packed_positions(3), "not-callable")
+    assert_named(check_packed_positions(lambda d: good_positions(d).int()), "dtype", "torch.int32")
 
 
-def test_step_positions_float_positions_are_named_by_their_dtype_not_their_values():
-    v = check_step_positions(lambda m, n: good_positions(m, n).float())
-    assert_named(v, "float-positions", "floats")
-    assert_named(check_step_positions(lambda m, n: good_positions(m, n).float(), hint=2), "float-positions",
-                 "int64")
-
-
-def test_step_positions_an_int32_result_gets_the_dtype_verdict():
-    assert_named(check_step_positions(lambda m, n: good_positions(m, n).int()), "dtype", "torch.int32")
-
-
-def test_step_positions_stub_and_junk():
-    assert_named(check_step_positions(stub), "stub")
-    assert_named(check_step_positions(lambda m, n: m[:, :1]), "shape")
-    assert_named(check_step_positions(3), "not-callable")
-
-
-def test_step_positions_an_answer_that_overwrites_its_mask_is_named():
-    def overwrites(attention_mask, n_new):
-        out = good_positions(attention_mask, n_new)
-        attention_mask[:, 0] = 1
+def test_packed_positions_an_answer_that_overwrites_doc_ids_is_named():
+    def overwrites(doc_ids):
+        out = good_positions(doc_ids)
+        doc_ids.clamp_(min=0)
         return out
 
-    assert_named(check_step_positions(overwrites), "in-place", "attention_mask")
+    assert_named(check_packed_positions(overwrites), "in-place", "doc_ids")
 
 
-def test_step_positions_a_slip_that_is_right_on_some_cases_is_named_only_by_the_one_that_matches_everywhere():
-    # sliced-first is right on the whole prompts, and equal to plain arange on the cached steps: the every-case
-    # rule names it for what it is, not as the columns mistake
-    v = check_step_positions(POSITION_WRONG["sliced-first"])
-    assert_named(v, "sliced-first")
-    # right on three cases, wrong on one row of one case: no planted mistake matches it everywhere
-    def one_row_off(m, n):
-        out = good_positions(m, n).clone()
-        if m.shape[1] == 7:
+def test_packed_positions_a_slip_on_one_row_of_one_case_is_not_blamed_on_a_planted_mistake():
+    def one_row_off(doc_ids):
+        out = good_positions(doc_ids).clone()
+        if doc_ids.shape[0] == 3:
             out[1] += 1
         return out
 
-    assert_named(check_step_positions(one_row_off), "values")
+    assert_named(check_packed_positions(one_row_off), "values")
 
 
 # ---------------------------------------------------------------------------------------------- prediction
@@ -186,6 +168,39 @@ def test_batched_generation_mistakes_are_named(label):
     assert_named(v, label)
 
 
+def fixed(model, ids, attention_mask, n_new, *, column=torch.ones_like, is_pad=lambda m: m == 0, front=False,
+          cache=True):
+    """The exercise's function after a learner's attempt at a fix: the new column, the is_pad line, the cache."""
+    caches = [KVCache() for _ in model.blocks] if cache else None
+    step = ids
+    for _ in range(n_new):
+        logits = model(step if cache else ids, caches, is_pad=is_pad(attention_mask))
+        step = logits[:, -1:].argmax(-1)
+        ids = torch.cat([ids, step], dim=1)
+        new = column(step)
+        attention_mask = torch.cat([new, attention_mask] if front else [attention_mask, new], dim=1)
+    return ids
+
+
+# Wrong answers written from the exercise text, with the mistake each makes (None: any specific verdict).
+GENERATION_FROM_TEXT = [
+    (the_stub, "new-as-padding"),                                                        # the raise deleted only
+    (lambda *a: fixed(*a, column=torch.zeros_like, is_pad=lambda m: m != 1), "new-as-padding"),
+    (lambda *a: fixed(*a, column=torch.zeros_like, is_pad=lambda m: m == 1), "reads-ones-as-padding"),
+    (lambda *a: fixed(*a, is_pad=lambda m: m.bool()), "reads-ones-as-padding"),
+    (lambda *a: fixed(*a, column=lambda s: s), "token-as-flag"),                          # the token as its flag
+    (lambda *a: fixed(*a, front=True), "prepended"),
+    (lambda *a: fixed(*a, column=lambda s: s[:, :0]), "not-extended"),                  # an empty column
+    (lambda *a: fixed(*a, is_pad=lambda m: None), "no-padding"),
+]
+
+
+def test_batched_generation_wrong_answers_from_the_text():
+    from test_checks_mask import assert_wrong_answers
+
+    assert_wrong_answers(check_batched_generation, GENERATION_FROM_TEXT)
+
+
 def test_batched_generation_an_answer_that_writes_into_ids_is_named():
     def writes_into_ids(model, ids, attention_mask, n_new):
         out = good_generation(model, ids, attention_mask, n_new)
@@ -249,7 +264,7 @@ def test_sink_window_an_integer_01_mask_gets_the_dtype_verdict():
 
 
 def test_checkers_never_raise():
-    for check in (check_step_positions, check_batched_generation, check_sink_window_mask):
+    for check in (check_packed_positions, check_batched_generation, check_sink_window_mask):
         v = check(lambda *a: 1 / 0)
         assert not v.ok and "ZeroDivisionError" in v.message
     assert not check_nonzero_weights(object()).ok
@@ -258,7 +273,7 @@ def test_checkers_never_raise():
 def test_every_mistake_of_the_tables_is_named_as_itself_with_its_own_first_hint():
     from attnlib.checks import batches as M
 
-    for check, mistakes in [(check_step_positions, M._POSITION_MISTAKES),
+    for check, mistakes in [(check_packed_positions, M._PACKED_MISTAKES),
                             (check_batched_generation, M._GENERATION_MISTAKES),
                             (check_sink_window_mask, M._SINK_MISTAKES)]:
         for m in mistakes:
@@ -273,13 +288,13 @@ def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mista
     from attnlib.checks._core import _close
 
     for cases, variant, reference, mistakes in [
-            (M._mask_cases, M._step_positions, M._step_positions_reference, M._POSITION_MISTAKES),
+            (M._packed_cases, M._packed_positions, good_positions, M._PACKED_MISTAKES),
             (M._generation_cases, M._greedy, M._generation_reference, M._GENERATION_MISTAKES),
             (M._sink_cases, M._sink_window, M._sink_reference, M._SINK_MISTAKES)]:
         for case in cases():
             assert _close(variant(*case), reference(*case), 0.0)
         # the answer and the mistakes that compute on every case: each pair differs on some case
-        computed = [m for m in mistakes if m.label not in ("not-extended", "bitwise-not")]
+        computed = [m for m in mistakes if m.label not in ("not-extended", "bitwise-not", "refed-with-cache")]
         outs = [[f(*case) for f in (reference, *(m.wrong for m in computed))] for case in cases()]
         for a in range(len(computed) + 1):
             for b in range(a + 1, len(computed) + 1):
@@ -287,3 +302,39 @@ def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mista
     # an attention_mask that does not grow is refused by the model itself: that mistake is named by its error
     with pytest.raises(ValueError, match="is_pad must be"):
         M._greedy(*M._generation_cases()[0], extend=False)
+    with pytest.raises(ValueError, match="is_pad must be"):
+        M._greedy(*M._generation_cases()[0], cache="kept")
+
+
+# ---------------------------------------------------------------------------------------------- from the texts
+
+def sink_from_text(T_q, T_k, window, n_sink, *, join="or", causal_sinks=True, offset=True, width=0):
+    i = torch.arange(T_q)[:, None] + ((T_k - T_q) if offset else 0)
+    j = torch.arange(T_k)[None, :]
+    recent = (j <= i) & (j > i - window - width)
+    sinks = (j < n_sink) & ((j <= i) if causal_sinks else True)
+    return recent | sinks if join == "or" else recent & sinks
+
+
+SINK_FROM_TEXT = [
+    (lambda *a: sink_from_text(*a, causal_sinks=False), "sinks-read-future"),
+    (lambda *a: sink_from_text(*a, join="and"), "sinks-and-window"),
+    (lambda *a: sink_from_text(*a, offset=False), "queries-from-zero"),
+    (lambda *a: sink_from_text(*a, width=1), "window-plus-one"),
+    (lambda *a: ~sink_from_text(*a), "inverted"),
+    (lambda *a: sink_from_text(*a).float(), "float-01-mask"),
+    (lambda T_q, T_k, w, n: sliding_window_mask(T_q, T_k, window=w, dtype=torch.bool), "no-sinks"),
+]
+
+
+def test_sink_window_wrong_answers_from_the_text():
+    from test_checks_mask import assert_wrong_answers
+
+    assert_wrong_answers(check_sink_window_mask, SINK_FROM_TEXT)
+
+
+def test_nonzero_weights_wrong_predictions_from_the_text():
+    from test_checks_mask import assert_wrong_answers
+
+    guesses = [84, 147, 98, 78, 53, 32, 45]   # a causal triangle per row, every entry, ..., one short
+    assert_wrong_answers(check_nonzero_weights, [(g, None) for g in guesses])

@@ -5,6 +5,7 @@ stub."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 
 import nbformat
@@ -24,7 +25,7 @@ from attnlib.checks import (
     check_run_block,
     run_block_as_given,
 )
-from attnlib.checks._core import MORE, _close
+from attnlib.checks._core import MORE, _close, _fresh
 from helpers import BOOK, assert_accepted, assert_each_mistake_named, assert_named, stub
 
 CHECKS = [check_layer_norm, check_mlp_in_chunks, check_run_block, check_block_flops, check_layer_norm_from_rms]
@@ -188,8 +189,8 @@ def test_layer_norm_solutions_are_accepted(fn):
     (ln_unbiased, "unbiased-variance"), (ln_unbiased_half, "unbiased-variance"),
     (ln_no_eps, "no-eps"), (ln_eps_outside, "eps-outside-sqrt"), (ln_no_affine, "no-gamma-beta"),
     (ln_no_centering, "no-centering"),
-    (ln_always_float32, "dtype-changed"), (ln_float32_not_cast_back, "dtype-changed"),
-    (ln_always_half, "dtype-changed"), (ln_through_float32, "float64-lowered"),
+    (ln_always_float32, "dtype"), (ln_float32_not_cast_back, "dtype"),
+    (ln_always_half, "dtype"), (ln_through_float32, "precision"),
     (ln_in_place, "in-place"), (ln_in_place_float32, "in-place"),
     (ln_calls_torch, "called-layer-norm"), (ln_calls_module, "called-layer-norm"),
     (ch7._layer_norm, "called-layer-norm"),
@@ -200,8 +201,10 @@ def test_layer_norm_mistakes_are_named(fn, label):
 
 
 def test_layer_norm_dtype_verdicts_name_both_dtypes():
-    assert_named(check_layer_norm(ln_always_float32), "dtype-changed", "float64", "float32")
-    assert_named(check_layer_norm(ln_float32_not_cast_back), "dtype-changed", "float16", "float32")
+    assert_named(check_layer_norm(ln_always_float32), "dtype", "float64", "float32")
+    assert_named(check_layer_norm(ln_float32_not_cast_back), "dtype", "float16", "float32")
+    assert_named(check_layer_norm(ln_always_half), "dtype", "float16", "float32")
+    assert_named(check_layer_norm(ln_through_float32), "precision", "float32 accuracy")
 
 
 def test_layer_norm_in_place_names_the_argument():
@@ -220,7 +223,7 @@ def test_layer_norm_with_another_epsilon_fails():
 
 def test_the_float16_batch_really_breaks_float16_arithmetic():
     """Control: on the float16 case the chapter's formula in float16 is far off, in float32 within tolerance."""
-    X, gamma, beta = ch7._norm_groups()[2].cases[0]
+    X, gamma, beta = ch7._norm_groups()[-1].cases[0]
     exact = F.layer_norm(X.double(), X.shape[-1:], gamma.double(), beta.double(), 1e-5)
     assert (ln_in_X_dtype(X, gamma, beta).double() - exact).abs().nan_to_num(1e9).max() > 0.02
     assert (ln_ok(X, gamma, beta).double() - exact).abs().max() < 4e-3
@@ -374,7 +377,7 @@ def test_mlp_in_chunks_solutions_are_accepted(fn):
     (chunks_gelu_after_sum, "gelu-after-W_2"), (chunks_gelu_per_chunk_output, "gelu-after-W_2"),
     (chunks_relu, "relu"), (chunks_linear, "no-activation"), (chunks_tanh, "tanh-gelu"),
     (chunks_b_1_uncut, "uncut"), (chunks_W_2_uncut, "uncut"),
-    (chunks_float32_accumulator, "float64-lowered"), (chunks_float32_result, "accumulator-dtype"),
+    (chunks_float32_accumulator, "precision"), (chunks_float32_result, "dtype"),
     (chunks_into_X, "in-place"), (chunks_into_b_2, "in-place"),
     (stub, "stub"),
 ])
@@ -649,8 +652,17 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
             return str(a) == str(b)
         return _close(a, b, 1e-5)
 
+    def runs(f):
+        outs = []
+        for case in cases:
+            try:
+                outs.append(f(*_fresh(case)))
+            except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
+                outs.append(e)
+        return outs
+
     with torch.no_grad():
-        outs = [ch7._runs(f, cases) for f in [reference] + [m.wrong for m in mistakes]]
+        outs = [runs(f) for f in [reference] + [m.wrong for m in mistakes]]
     for i in range(len(outs)):
         for j in range(i + 1, len(outs)):      # every two differ on some case, so each can be named
             assert not all(same(a, b) for a, b in zip(outs[i], outs[j])), (i, j)
@@ -679,3 +691,107 @@ def test_a_result_on_another_device_is_named():
     assert_named(check_layer_norm(lambda X, g, b: torch.empty_like(X, device="meta")), "device")
     assert_named(check_mlp_in_chunks(lambda X, W_1, b_1, W_2, b_2, chunk: torch.zeros(
         X.shape, dtype=X.dtype, device="meta")), "device")
+
+
+# ---- wrong answers written from the exercise statements (not from the tables) -----------------------------------
+# Each list holds what a learner who read only the statement could write. None is accepted, none is blamed on a
+# mistake it did not make (a label given here must be the verdict's), and at least 85 % get a specific verdict.
+GENERIC = {"values", "shape", "type", "error", "length"}
+
+
+def _ln(X, gamma, beta, *, dim=-1, eps=1e-5, unbiased=False, swap=False, upcast=True, keep=True):
+    x = X.float() if upcast and X.dtype == torch.float16 else X
+    g, b = (beta, gamma) if swap else (gamma, beta)
+    y = (x - x.mean(dim, keepdim=True)) / torch.sqrt(x.var(dim, keepdim=True, unbiased=unbiased) + eps) * g + b
+    return y.to(X.dtype) if keep else y
+
+
+def _chunks(X, W_1, b_1, W_2, b_2, chunk, *, slip=None):
+    out = torch.zeros(X.shape) if slip == "zeros" else torch.zeros_like(X)
+    d_ff = W_1.shape[1]
+    stop = d_ff // chunk * chunk if slip == "tail" else d_ff
+    hidden = gelu(X @ W_1 + b_1) if slip == "whole" else None
+    for a in range(0, stop, chunk):
+        h = hidden[..., a:a + chunk] if slip == "whole" else X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]
+        act = torch.relu if slip == "relu" else (lambda t: t) if slip in ("late", "whole") else gelu
+        out += act(h) @ W_2[a:a + chunk] + (b_2 if slip == "b_2" else 0)
+    out = out if slip == "b_2" else out + b_2
+    return gelu(out) if slip == "late" else out
+
+
+def _loop(X, block, *, slip):
+    stream = X
+    pairs = ((block.ln_2, block.attn), (block.ln_1, block.mlp)) if slip == "norms" else \
+        ((block.ln_1, block.attn), (block.ln_2, block.mlp))
+    for norm, sublayer in pairs:
+        if block.norm == "post" and slip != "pre-everywhere":
+            stream = norm(stream + sublayer(stream))
+        elif slip == "no-norm":
+            stream = stream + sublayer(stream)
+        elif slip == "roles":
+            stream = norm(stream) + sublayer(stream)
+        elif slip == "both-normed":
+            stream = norm(stream) + sublayer(norm(stream))
+        else:
+            stream = stream + sublayer(norm(stream))
+    return stream
+
+
+def _from_rms(X, gamma, beta, *, eps=1e-5, swap=False, center=True, shape=1, after=False, axis=-1):
+    g, b = (beta, gamma) if swap else (gamma, beta)
+    if after:
+        Y = F.rms_norm(X, X.shape[-1:], eps=eps)
+        return (Y - Y.mean(-1, keepdim=True)) * g + b
+    Xc = X - X.mean(axis, keepdim=True) if center else X
+    if shape == 2:
+        return F.rms_norm(Xc, X.shape[-2:], eps=eps) * g + b
+    return F.rms_norm(Xc, X.shape[-1:], g, eps=eps) + b
+
+
+WRITTEN = {
+    check_layer_norm: [
+        (lambda X, g, b: _ln(X, g, b, unbiased=True), "unbiased-variance"),
+        (lambda X, g, b: _ln(X, g, b, eps=1e-6), "eps-value"),
+        (lambda X, g, b: _ln(X, g, b, swap=True), "gamma-beta-swapped"),
+        (lambda X, g, b: _ln(X, g, b, keep=False), "dtype"),
+        (lambda X, g, b: _ln(X, g, b, dim=-2), "wrong-axis"),
+        (lambda X, g, b: _ln(X, g, b, upcast=False), "float16-statistics"),
+        (lambda X, g, b: _ln(X.double(), g.double(), b.double()).float().to(X.dtype), "precision"),
+    ],
+    check_mlp_in_chunks: [
+        (functools.partial(_chunks, slip="whole"), None), (functools.partial(_chunks, slip="tail"), "tail-dropped"),
+        (functools.partial(_chunks, slip="b_2"), "b_2-each-chunk"), (functools.partial(_chunks, slip="zeros"), None),
+        (functools.partial(_chunks, slip="late"), "gelu-after-W_2"), (functools.partial(_chunks, slip="relu"), "relu"),
+    ],
+    check_run_block: [
+        (functools.partial(_loop, slip="no-norm"), "no-norm"),
+        (functools.partial(_loop, slip="norms"), "norms-swapped"),
+        (functools.partial(_loop, slip="roles"), "roles-swapped"),
+        (functools.partial(_loop, slip="both-normed"), "unchanged"),
+        (functools.partial(_loop, slip="pre-everywhere"), "post-broken"),
+        (lambda X, block: block(X).clone(), "called-block"),
+    ],
+    check_layer_norm_from_rms: [
+        (functools.partial(_from_rms, eps=1e-6), "eps-value"), (functools.partial(_from_rms, swap=True),
+                                                               "gamma-beta-swapped"),
+        (functools.partial(_from_rms, center=False), "no-centering"),
+        (lambda X, g, b: F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[-1:], g) + b, "eps-default"),
+        (functools.partial(_from_rms, after=True), "centred-after"),
+        (functools.partial(_from_rms, shape=2), "rms-wrong-axes"),
+        (functools.partial(_from_rms, axis=-2), "center-wrong-axis"),
+    ],
+    check_block_flops: [(RIGHT // 2, "multiply-adds"), (RIGHT - 4 * T * D * D_FF + 16 * T * D * D, "d_ff-assumed"),
+                        (RIGHT - 4 * T * T * D, "no-attention-products"), (RIGHT - 2 * T * D * D, "no-W_O"),
+                        (RIGHT - 3 * T * T * D, "one-head"), (4 * T * D * D_FF, "mlp-only")],
+}
+
+
+@pytest.mark.parametrize("check", list(WRITTEN), ids=[c.__name__ for c in WRITTEN])
+def test_wrong_answers_written_from_the_statements_are_rejected_and_named(check):
+    answers = WRITTEN[check]
+    assert len(answers) >= 5
+    verdicts = [(check(fn), label) for fn, label in answers]
+    for v, label in verdicts:
+        assert not v.ok, v
+        assert label is None or v.mistake == label, (label, v)
+    assert sum(v.mistake not in GENERIC for v, _ in verdicts) >= 0.85 * len(verdicts), verdicts

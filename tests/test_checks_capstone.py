@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
-import itertools
 import math
 
 import numpy as np
@@ -17,18 +16,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlib.checks import (
-    buggy_cached_attention,
     buggy_sublayer,
-    check_cached_attention,
+    check_block_weights,
     check_fixed_sublayer,
+    check_qkv_per_head,
     sublayer_with_bugs,
 )
-from helpers import assert_accepted, assert_named, stub
+from attnlib.checks.capstone import _QKV_MISTAKES, _WEIGHTS_MISTAKES
+from helpers import assert_accepted, assert_each_mistake_named, assert_named, stub
 
 # --- the attention sublayer: one bug per reading question -----------------------------------------------------------
 
 def sublayer(X, ln_1, W_Q, W_K, W_V, *, kv_from_x=False, softmax_dim=-1, mask_after=False, times_K=False,
-             all_from_x=False, keys_on_rows=False, scale=True):
+             all_from_x=False, keys_on_rows=False, scale=True, allow="past and own", transpose_P=False):
     """Written independently of the checker: the correct sublayer, with switches for each wrong answer."""
     Xn = X if all_from_x else ln_1(X)
     Q = Xn @ W_Q
@@ -36,14 +36,15 @@ def sublayer(X, ln_1, W_Q, W_K, W_V, *, kv_from_x=False, softmax_dim=-1, mask_af
     K, V = src @ W_K, src @ W_V
     S = torch.einsum("...jd,...id->...ij", Q, K) if keys_on_rows else torch.einsum("...id,...jd->...ij", Q, K)
     if scale:
-        S = S / math.sqrt(W_Q.shape[-1])
+        S = S / math.sqrt(X.shape[-1] if scale == "d_model" else W_Q.shape[-1])
     T = S.shape[-1]
-    allowed = torch.tril(torch.ones(T, T)).bool()
+    ones = torch.ones(T, T)
+    allowed = {"past and own": ones.tril(), "past only": ones.tril(-1), "own and future": ones.triu()}[allow].bool()
     if mask_after:
         P = F.softmax(S, dim=softmax_dim) * allowed
     else:
         P = F.softmax(S.masked_fill(~allowed, -math.inf), dim=softmax_dim)
-    return P @ (K if times_K else V)
+    return (P.mT if transpose_P else P) @ (K if times_K else V)
 
 
 def fixed(X, ln_1, W_Q, W_K, W_V):
@@ -89,9 +90,19 @@ def test_a_partial_fix_gets_a_hint_naming_a_remaining_bug(remaining):
     ({"all_from_x": True}, "q1-all-from-x"),
     ({"keys_on_rows": True}, "keys-on-rows"),
     ({"scale": False}, "no-scale"),
+    ({"scale": "d_model"}, "scale-d-model"),
+    ({"allow": "past only"}, "q3-mask-diagonal"),
+    ({"allow": "own and future"}, "q3-mask-past"),
+    ({"softmax_dim": -2, "transpose_P": True}, "q2-transposed-weights"),
 ])
 def test_other_slips_are_named(flags, label):
     assert_named(check_fixed_sublayer(with_flags(**flags)), label)
+
+
+def test_every_planted_sublayer_mistake_is_named_as_itself():
+    from attnlib.checks import capstone as M
+
+    assert_each_mistake_named(check_fixed_sublayer, M._SUBLAYER_MISTAKES)
 
 
 def test_sublayer_with_bugs_plants_exactly_the_bugs_asked_for():
@@ -169,140 +180,6 @@ def test_the_second_level_says_what_is_wrong():
     v = check_fixed_sublayer(with_flags(**BUG_FLAGS[2]), hint=2)
     assert_named(v, "q2-softmax-axis", "query axis")
     assert "hint=2" not in v.message
-
-
-# --- attention with a KV cache ----------------------------------------------------------------------------------------
-
-def cached(X_new, K_past, V_past, W_Q, W_K, W_V, *, offset=None, own_kv=True, mask_after=False, times_K=False,
-           strict=False, new_first=False, dim=-1, scale=True):
-    """Written independently of the checker: new query i at position T_past + i (or T_past + i + ``offset``
-    − T_past when ``offset`` is given), reading keys j ≤ its position (j < with ``strict``)."""
-    Q = X_new @ W_Q
-    K_new, V_new = X_new @ W_K, X_new @ W_V
-    if own_kv:
-        K = torch.cat([K_new, K_past] if new_first else [K_past, K_new], -2)
-        V = torch.cat([V_new, V_past] if new_first else [V_past, V_new], -2)
-    else:
-        K, V = K_past, V_past
-    S = torch.einsum("...id,...jd->...ij", Q, K)
-    if scale:
-        S = S / math.sqrt(Q.shape[-1])
-    T_q, T_k = S.shape[-2:]
-    T_past = K_past.shape[-2]
-    i = torch.arange(T_q)[:, None] + (T_past if offset is None else offset)
-    j = torch.arange(T_k)[None, :]
-    future = (j >= i) if strict else (j > i)
-    if mask_after:
-        P = F.softmax(S, dim).masked_fill(future, 0.0)
-    else:
-        P = F.softmax(S.masked_fill(future, -math.inf), dim)
-    return P @ (K if times_K else V)
-
-
-def fixed_cached(X_new, K_past, V_past, W_Q, W_K, W_V):
-    """The notebook's fix: buggy_cached_attention with its queries placed after the cache."""
-    T_past, T_new = K_past.shape[-2], X_new.shape[-2]
-    q = torch.einsum("...nd,dk->...nk", X_new, W_Q)
-    k = torch.cat([K_past, torch.einsum("...nd,dk->...nk", X_new, W_K)], dim=-2)
-    v = torch.cat([V_past, torch.einsum("...nd,dv->...nv", X_new, W_V)], dim=-2)
-    S = torch.einsum("...ik,...jk->...ij", q, k) / q.shape[-1] ** 0.5
-    query_at = T_past + torch.arange(T_new)[:, None]
-    key_at = torch.arange(T_past + T_new)[None, :]
-    S = torch.where(key_at <= query_at, S, float("-inf"))
-    return torch.einsum("...ij,...jv->...iv", S.softmax(dim=-1), v)
-
-
-def test_cached_attention_accepts_the_fix_and_rejects_the_stub():
-    assert_accepted(check_cached_attention(cached))
-    assert_accepted(check_cached_attention(fixed_cached))
-    assert_named(check_cached_attention(stub), "stub")
-
-
-def test_the_buggy_cached_attention_is_not_a_copy_of_the_libraries_mask():
-    import inspect
-
-    source = inspect.getsource(buggy_cached_attention)
-    assert "triu" not in source and "causal_mask" not in source and "@" not in source.split('"""')[-1]
-
-
-@pytest.mark.parametrize("fn, label", [
-    (buggy_cached_attention, "queries-from-zero"),
-    (lambda *a: cached(*a, offset=0), "queries-from-zero"),
-    (lambda *a: cached(*a, offset=10**6), "no-mask"),
-    (lambda *a: cached(*a, own_kv=False), "no-new-kv"),
-    (lambda *a: cached(*a, strict=True), "misses-own-key"),             # one diagonal off: its own key blocked
-    (lambda *a: cached(*a, offset=a[1].shape[-2] + 1), "offset-one-too-far"),   # one diagonal off the other way
-    (lambda *a: cached(*a, new_first=True), "keys-out-of-order"),
-    (lambda *a: cached(*a, dim=-2), "softmax-over-queries"),
-    (lambda *a: cached(*a, mask_after=True), "mask-after-softmax"),
-    (lambda *a: cached(*a, times_K=True), "weights-times-K"),
-    (lambda *a: cached(*a, scale=False), "no-scale"),
-])
-def test_cached_attention_mistakes(fn, label):
-    assert_named(check_cached_attention(fn), label)
-
-
-def test_a_mask_one_diagonal_off_is_not_blamed_on_k_and_v_not_being_appended():
-    # with one new token, blocking the own key gives what reading only the cache gives: the every-case rule
-    # and the cases with several new tokens keep the blame where it belongs
-    v = check_cached_attention(lambda *a: cached(*a, strict=True))
-    assert v.mistake == "misses-own-key" and "append" not in v.message
-
-
-def test_cached_attention_keeps_the_dtype_of_its_inputs():
-    def float32_mask(X_new, K_past, V_past, W_Q, W_K, W_V):
-        Q = X_new @ W_Q
-        K, V = torch.cat([K_past, X_new @ W_K], -2), torch.cat([V_past, X_new @ W_V], -2)
-        T_q, T_k = Q.shape[-2], K.shape[-2]
-        M = torch.zeros(T_q, T_k).masked_fill(torch.ones(T_q, T_k, dtype=torch.bool).triu(1 + T_k - T_q),
-                                              -math.inf)
-        return F.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]) + M, -1).to(V.dtype) @ V
-
-    assert_accepted(check_cached_attention(float32_mask))            # cast back: right dtype
-    v = check_cached_attention(lambda *a: float32_mask(*a).float())
-    assert_named(v, "dtype", "torch.float32")
-
-
-def test_cached_attention_an_answer_that_writes_into_the_cache_is_named():
-    def writes_into_K_past(X_new, K_past, V_past, W_Q, W_K, W_V):
-        out = cached(X_new, K_past, V_past, W_Q, W_K, W_V)
-        K_past.zero_()
-        return out
-
-    assert_named(check_cached_attention(writes_into_K_past), "in-place", "K_past")
-
-
-def test_no_first_level_hint_of_the_cached_attention_holds_the_code_of_the_fix():
-    from attnlib.checks import capstone as M
-
-    for m in M._CACHED_MISTAKES:
-        for code in ("T_past +", "arange", "triu", "T_k - T_q", "1 +", "cat(", "<="):
-            assert code not in m.hint, (m.label, code)
-
-
-def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
-    from attnlib.checks import capstone as M
-    from attnlib.checks._core import _close
-
-    def flat(cases):
-        return [c for g in cases for c in (g.cases if hasattr(g, "cases") else [g])]
-
-    for cases, variant, reference, mistakes in [
-            (flat(M._sublayer_cases()), M._sublayer, sublayer_with_bugs(), M._SUBLAYER_MISTAKES),
-            (flat(M._cached_cases()), M._cached, M._cached_reference, M._CACHED_MISTAKES)]:
-        for case in cases:
-            assert _close(variant(*case), reference(*case), 1e-2)
-        outs = [[f(*case) for f in (reference, *(m.wrong for m in mistakes))] for case in cases]
-        for i, j in itertools.combinations(range(len(mistakes) + 1), 2):   # each pair differs on some case
-            assert any(not _close(out[i], out[j], 1e-5) for out in outs), (i, j)
-    assert set(M._CACHED_MISTAKES) <= set(check_cached_attention.mistakes)
-    assert set(M._SUBLAYER_MISTAKES) <= set(check_fixed_sublayer.mistakes)
-
-
-def test_the_cache_bug_is_filed_under_the_mask_question():
-    v = check_cached_attention(buggy_cached_attention)
-    assert_named(v, "queries-from-zero", "question 3")
-    assert "question 2" not in v.message
 
 
 # --- GPT-2's code: quote the line that answers each question ---------------------------------------------------------
@@ -547,3 +424,153 @@ def test_no_hint_of_the_gpt2_checkers_quotes_code():
             for text in (m.hint, m.more or ""):
                 assert not any(code in text for code in CODE_OF_THE_LINES), (m.label, text)
                 assert "`" not in text, (m.label, text)
+
+
+# --- spies on GPT-2: the learner's forward hooks ------------------------------------------------------------------
+
+def caught(module_of, pick, remove=True, **call):
+    """A spy as a learner writes it: a forward hook on ``module_of(model, l)``, ``pick(args, out)`` kept."""
+    def spy(model, ids, l):
+        seen = {}
+        hook = module_of(model, l).register_forward_hook(lambda mod, args, out: seen.update(x=pick(args, out)))
+        with torch.no_grad():
+            model(ids, **call)
+        if remove:
+            hook.remove()
+        return seen["x"]
+    return spy
+
+
+def attn(model, l):
+    return model.transformer.h[l - 1].attn
+
+
+def split(y, model, heads=True, transpose=True, order=(0, 1, 2)):
+    B, T, three_d = y.shape
+    h, d = model.config.n_head, three_d // 3
+    parts = [y.split(d, dim=-1)[i] for i in order]
+    if not heads:
+        return tuple(parts)
+    if not transpose:
+        return tuple(p.reshape(B, h, T, d // h) for p in parts)
+    return tuple(p.view(B, T, h, d // h).transpose(1, 2) for p in parts)
+
+
+def qkv_spy(transform=lambda y, model: split(y, model), index=lambda l: l - 1, remove=True):
+    def spy(model, ids, l):
+        seen = {}
+        hook = model.transformer.h[index(l)].attn.c_attn.register_forward_hook(
+            lambda mod, args, out: seen.update(y=out))
+        with torch.no_grad():
+            model(ids)
+        if remove:
+            hook.remove()
+        return transform(seen["y"], model)
+    return spy
+
+
+def weights_by_output_attentions(model, ids, l):
+    with torch.no_grad():
+        return model(ids, output_attentions=True).attentions[l - 1]
+
+
+def weights_by_hand(model, ids, l, mask=True):
+    """Q and K caught from c_attn, the weights made by hand: right with the mask, a slip without it."""
+    Q, K, _ = qkv_spy()(model, ids, l)
+    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask:
+        Z = Z.masked_fill(torch.ones(Z.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return Z.softmax(-1)
+
+
+def qkv_by_hand(model, ids, l, bias=True):
+    """LN₁(X) caught at the attention's input, projected by hand."""
+    x = caught(attn, lambda args, out: args[0])(model, ids, l)
+    W = attn(model, l).c_attn.weight
+    y = x @ W + (attn(model, l).c_attn.bias if bias else 0)
+    return split(y, model)
+
+
+def weights_of_softmax_input(model, ids, l):
+    """A spy on softmax that keeps what went in, not what came out."""
+    seen = []
+    real = F.softmax
+
+    def spy(x, *args, **kwargs):
+        seen.append(x)
+        return real(x, *args, **kwargs)
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.functional, "softmax", spy)
+        model(ids)
+    return seen[l - 1]
+
+
+CORRECT_WEIGHTS = [caught(attn, lambda args, out: out[1]), weights_by_output_attentions, weights_by_hand]
+CORRECT_QKV = [qkv_spy(), qkv_by_hand,
+               qkv_spy(lambda y, model: tuple(t.transpose(1, 2) for t in
+                                              y.unflatten(-1, (3, model.config.n_head, -1)).unbind(2)))]
+
+
+@pytest.mark.parametrize("fn", CORRECT_WEIGHTS)
+def test_block_weights_accepts_correct_spies(fn):
+    assert_accepted(check_block_weights(fn))
+
+
+@pytest.mark.parametrize("fn", CORRECT_QKV)
+def test_qkv_per_head_accepts_correct_spies(fn):
+    assert_accepted(check_qkv_per_head(fn))
+
+
+def test_the_spies_reject_the_stub_and_name_each_planted_mistake():
+    assert_named(check_block_weights(stub), "stub")
+    assert_named(check_qkv_per_head(stub), "stub")
+    assert_each_mistake_named(check_block_weights, _WEIGHTS_MISTAKES, exact=False)
+    assert_each_mistake_named(check_qkv_per_head, _QKV_MISTAKES, exact=False)
+
+
+# Wrong answers written from the exercise texts: (answer, the mistake it makes, or None for "not nameable").
+WRONG_WEIGHTS = [
+    (caught(lambda model, l: model.transformer.h[l].attn, lambda args, out: out[1]), "next-block"),
+    (caught(attn, lambda args, out: out[0]), "attention-output"),
+    (caught(attn, lambda args, out: out[1], remove=False), "hook-left"),
+    (caught(lambda model, l: model.transformer.h[l - 1], lambda args, out: out[1]), "block-output"),
+    (weights_of_softmax_input, "before-softmax"),
+    (lambda model, ids, l: weights_by_hand(model, ids, l, mask=False), "no-mask"),
+    (caught(attn, lambda args, out: out[1].transpose(-2, -1)), "keys-on-rows"),
+    (caught(attn, lambda args, out: out[1].mean(1)), "mean-over-heads"),
+    (caught(attn, lambda args, out: out[1].float()), "dtype"),
+]
+WRONG_QKV = [
+    (qkv_spy(lambda y, model: split(y, model, transpose=False)), "no-transpose"),
+    (qkv_spy(index=lambda l: l), "next-block"),
+    (qkv_spy(lambda y, model: split(y, model, heads=False)), "heads-not-split"),
+    (qkv_spy(remove=False), "hook-left"),
+    (qkv_spy(lambda y, model: tuple(t.transpose(1, 2) for t in
+                                    y.unflatten(-1, (model.config.n_head, 3, -1)).unbind(3))), "split-by-heads-first"),
+    (lambda model, ids, l: qkv_by_hand(model, ids, l, bias=False), "no-bias"),
+    (qkv_spy(lambda y, model: split(y, model, order=(1, 0, 2))), "q-k-swapped"),
+    (qkv_spy(lambda y, model: split(y, model, order=(2, 1, 0))), None),
+]
+
+
+@pytest.mark.parametrize("check, wrong", [(check_block_weights, WRONG_WEIGHTS), (check_qkv_per_head, WRONG_QKV)],
+                         ids=["weights", "qkv"])
+def test_wrong_spies_are_rejected_never_misnamed_and_mostly_named(check, wrong):
+    labels = {m.label for m in check.mistakes}
+    named = 0
+    for fn, label in wrong:
+        v = check(fn)
+        assert not v.ok, (label, v)
+        if label is None:
+            assert v.mistake not in labels - {"values", "shape", "dtype", "type", "length", "error"}, v
+        else:
+            assert v.mistake == label, (label, v)
+            named += 1
+    assert len(wrong) >= 5 and named >= 0.85 * len(wrong)
+
+
+def test_a_spy_that_breaks_leaves_no_hook_but_one_that_forgets_is_told():
+    v = check_block_weights(caught(attn, lambda args, out: out[1], remove=False))
+    assert "hook" in v.message and "(For a stronger hint" in v.message
+    assert "remove" in v.hint(2).message.lower()

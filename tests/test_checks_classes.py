@@ -8,16 +8,16 @@ import torch
 
 from attnlib import causal_mask, sliding_window_mask
 from attnlib.checks import (
-    check_attention_output,
     check_cached_generation,
-    check_fixed_qkv_attention,
+    check_folded_heads,
     check_log_softmax,
-    check_scaled_variance,
     check_sink_window_mask,
     check_split_fused,
+    check_top_k_attention,
+    check_unit_length_scores,
     judge,
 )
-from attnlib.checks.heads import buggy_qkv_attention
+from attnlib.checks.heads import buggy_folded_attention
 
 GIVEN = "this is still the function as given"
 
@@ -26,29 +26,28 @@ def given_with_new_comments(X, W_QKV, W_O, h):
     """The learner's copy of the cell: comments and docstring changed, code not."""
     B, T, d_model = X.shape
     d_head = d_model // h
-    qkv = (X @ W_QKV).view(B, T, h, 3, d_head)    # looked at this line, left it
-    q, k, v = qkv.permute(3, 0, 2, 1, 4)
-    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d_head ** 0.5
-    future = torch.ones(T, T, dtype=torch.bool, device=X.device).triu(1)
-    P = Z.masked_fill(future, float("-inf")).softmax(dim=-1)
-    out = torch.einsum("bhij,bhjd->bihd", P, v)
+    Q, K, V = (X @ W_QKV).chunk(3, dim=-1)
+    Q, K, V = (t.reshape(B, T, h, d_head).transpose(1, 2).reshape(B * h, T, d_head) for t in (Q, K, V))
+    Z = torch.bmm(Q, K.transpose(1, 2)) / math.sqrt(d_head)      # looked at this line, left it
+    P = torch.softmax(Z + causal_mask(T, dtype=X.dtype, device=X.device), dim=-1)
+    out = torch.bmm(P, V)
+    out = out.reshape(h, B, T, d_head).permute(1, 2, 0, 3)
     return out.reshape(B, T, d_model) @ W_O
 
 
-def same_bug_by_reshape(X, W_QKV, W_O, h):
-    """Edited: the view became a reshape and the unpacking an unbind, the same wrong column order."""
+def same_bug_by_view(X, W_QKV, W_O, h):
+    """Edited: the folds written with view and flatten, the same unfolding in the wrong order."""
     B, T, d_model = X.shape
     d_head = d_model // h
-    q, k, v = (X @ W_QKV).reshape(B, T, h, 3, d_head).permute(3, 0, 2, 1, 4).unbind(0)
-    P = (q @ k.transpose(-2, -1) / math.sqrt(d_head)).masked_fill(
-        torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf).softmax(-1)
-    return (P @ v).transpose(1, 2).reshape(B, T, d_model) @ W_O
+    Q, K, V = (t.view(B, T, h, d_head).transpose(1, 2).flatten(0, 1) for t in (X @ W_QKV).chunk(3, dim=-1))
+    P = (Q @ K.transpose(-2, -1) / math.sqrt(d_head) + causal_mask(T, dtype=X.dtype)).softmax(-1)
+    return (P @ V).view(h, B, T, d_head).permute(1, 2, 0, 3).reshape(B, T, d_model) @ W_O
 
 
 def test_as_given_only_of_literally_unchanged_code():
-    assert check_fixed_qkv_attention(buggy_qkv_attention).message.startswith(GIVEN)
-    assert check_fixed_qkv_attention(given_with_new_comments).message.startswith(GIVEN)
-    edited = check_fixed_qkv_attention(same_bug_by_reshape)
+    assert check_folded_heads(buggy_folded_attention).message.startswith(GIVEN)
+    assert check_folded_heads(given_with_new_comments).message.startswith(GIVEN)
+    edited = check_folded_heads(same_bug_by_view)
     assert edited.mistake == "unchanged" and GIVEN not in edited.message, edited
     assert "your code still computes what the function as given computes" in edited.message
     assert GIVEN not in edited.hint(2).message
@@ -64,16 +63,14 @@ def test_the_same_wrong_column_order_written_another_way_is_not_as_given():
     assert verdict.mistake == "unchanged" and GIVEN not in verdict.message, verdict
 
 
-def fill_minus_1e9(Q, K, V):
-    q, k, v = (t.transpose(0, 1) for t in (Q, K, V))
-    Z = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    T = Z.shape[-1]
-    Z = Z.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -1e9)
-    return (Z.softmax(-1) @ v).transpose(0, 1)
+def fill_minus_1e9(Z, V, k):
+    """Each query's k best keys, the others blocked with -1e9: fine in float32, not in float16."""
+    kth = Z.topk(k, dim=-1).values[..., -1:]
+    return torch.softmax(Z.masked_fill(Z < kth, -1e9), dim=-1) @ V
 
 
 def test_a_minus_1e9_fill_in_float16_blames_the_fill_value():
-    verdict = check_attention_output(fill_minus_1e9)
+    verdict = check_top_k_attention(fill_minus_1e9)
     assert verdict.mistake == "finite" and "fill value" in verdict.message, verdict
     assert "two of your tensors" not in verdict.message
 
@@ -107,7 +104,7 @@ def test_no_internal_name_leaks_and_the_hint_is_said_once():
 
 
 def test_a_none_prediction_is_not_told_to_replace_the_ellipsis():
-    verdict = check_scaled_variance(None)
+    verdict = check_unit_length_scores(None)
     assert not verdict.ok and "`...`" not in verdict.message and "None" in verdict.message, verdict
 
 
@@ -170,13 +167,82 @@ def test_deepen_rejects_frozen_new_layers():
     assert verdict.mistake == "frozen" and "requires_grad=False" in verdict.message, verdict
 
 
-def test_merge_states_says_nan_only_of_a_nan():
-    from attnlib.checks import check_merge_states
-    from attnlib.checks.tiled import _merge_reference
+def test_combine_splits_says_inf_or_nan_only_of_an_inf_or_nan():
+    """The successor of "merge-states says it comes out NaN for an answer with no NaN": an answer wrong only
+    where the scores are large, yet finite there, is not told it overflows."""
+    from attnlib.checks import check_combine_splits
 
-    def empty_rows_hold_inf(a, b):
-        m, l, O = _merge_reference(a, b)
-        return m, l.masked_fill(torch.isinf(m), math.inf), O     # wrong on empty rows, yet no NaN
+    def exponent_clamped(O_parts, lse_parts):
+        w = lse_parts.clamp(max=700.0).exp()      # finite everywhere, wrong for scores near 750
+        return (w[..., None] * O_parts).sum(0) / w.sum(0)[..., None], w.sum(0).log()
 
-    verdict = check_merge_states(empty_rows_hold_inf)
-    assert not verdict.ok and verdict.mistake != "nan-empty" and "comes out NaN" not in verdict.message, verdict
+    verdict = check_combine_splits(exponent_clamped)
+    assert not verdict.ok and verdict.mistake != "overflow" and "inf or NaN" not in verdict.message, verdict
+
+
+# ---- chapters 2, 4 and 11: the common slips named, never "as given" for edited code, stubs that give nothing away
+
+def test_the_dealt_column_order_written_with_a_transpose_is_named_as_that_mistake():
+    def dealt_by_transpose(X, W_QKV, d_k):
+        QKV = X @ W_QKV
+        return QKV.view(*QKV.shape[:-1], d_k, 3).transpose(-1, -2).unbind(-2)
+
+    for answer in (dealt_by_transpose, dealt_by_slicing):
+        verdict = check_split_fused(answer)
+        assert verdict.mistake == "unchanged" and GIVEN not in verdict.message, verdict
+        assert "still computes what the function as given computes" in verdict.message
+
+
+def test_cross_attention_slips_are_named():
+    from attnlib.checks import check_cross_qkv
+
+    def rest(KV, d_k):
+        return KV[..., :d_k], KV[..., d_k:]
+
+    wrong = {
+        "q-from-other": lambda X, X_kv, W_Q, W_KV, d_k: (X_kv @ W_Q, *rest(X_kv @ W_KV, d_k)),
+        "kv-from-queries": lambda X, X_kv, W_Q, W_KV, d_k: (X @ W_Q, *rest(X @ W_KV, d_k)),
+        "order": lambda X, X_kv, W_Q, W_KV, d_k: (X @ W_Q, *rest(X_kv @ W_KV, d_k)[::-1]),   # K and V swapped
+    }
+    for label, answer in wrong.items():
+        assert check_cross_qkv(answer).mistake == label, label
+
+
+def test_a_scale_by_the_wrong_width_and_a_mask_after_softmax_are_named_in_the_causal_head():
+    from attnlib.checks import check_sealed_attention
+
+    def head(Q, K, V, root, after=False):
+        T = Q.shape[-2]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        Z = Q @ K.transpose(-2, -1) / math.sqrt(root(Q, V))
+        P = Z.softmax(-1).masked_fill(future, 0.0) if after else Z.masked_fill(future, -math.inf).softmax(-1)
+        return P @ V
+
+    assert check_sealed_attention(lambda Q, K, V: head(Q, K, V, lambda Q, V: Q.shape[-2])).mistake == "scale-T"
+    assert check_sealed_attention(lambda Q, K, V: head(Q, K, V, lambda Q, V: V.shape[-1])).mistake == "scale-d_v"
+    after = check_sealed_attention(lambda Q, K, V: head(Q, K, V, lambda Q, V: Q.shape[-1], after=True))
+    assert after.mistake == "mask-after-softmax", after
+
+
+def test_a_planted_mistake_that_cannot_run_where_the_answer_is_wrong_is_not_blamed():
+    """Equal pieces of d_k cannot be cut where d_v > d_k: an answer cut in halves, wrong only there, is not told
+    it cut equal pieces."""
+    from attnlib.checks import check_cross_qkv
+
+    verdict = check_cross_qkv(lambda X, X_kv, W_Q, W_KV, d_k: (X @ W_Q, *(X_kv @ W_KV).chunk(2, dim=-1)))
+    assert verdict.mistake == "halves", verdict
+
+
+def test_find_the_bug_stubs_of_chapters_2_and_11_give_no_diagnosis_in_either_edition():
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for page, name in [("02_projections", "def split_fused"), ("11_batches_and_padding", "def generate_batch")]:
+        for edition in ("book", "learner"):
+            cells = json.loads((root / edition / f"{page}.ipynb").read_text())["cells"]
+            stub = next(c for c in cells if c["cell_type"] == "code" and "".join(c["source"]).startswith(name)
+                        and "raise NotImplementedError" in "".join(c["source"]))
+            shown = "".join(t for o in stub["outputs"] for t in (o.get("text") or o.get("data", {}).get(
+                "text/plain", "")))
+            assert "still the stub" in shown and "column" not in shown and "padding" not in shown, (edition, shown)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import GPT, KVCache
+from attnlib import GPT, GPTConfig, KVCache
 from attnlib.checks import GPT2_SERVING, check_cache_outgrows_weights, check_chunk_flops
 from helpers import assert_accepted, assert_named, stub
 
@@ -27,7 +27,7 @@ def test_the_setting_is_gpt2_small_serving_eight_sequences():
 
 
 def test_the_parameter_count_is_gpt2_smalls_with_its_head_tied():
-    model = GPT(50, 32, 4, 2, max_T=12, tie=True)
+    model = GPT(GPTConfig(50, 32, 4, 2, max_T=12, tie=True))
     from attnlib.checks.costs import _tied_params
 
     assert sum(p.numel() for p in model.parameters()) == _tied_params(50, 32, 2, 12)
@@ -65,7 +65,7 @@ def test_cache_outgrows_weights_other_answers():
 
 
 def test_the_formulas_match_a_cache_the_library_builds():
-    model = GPT(20, 32, 4, 2, max_T=12).to(torch.float16).eval()
+    model = GPT(GPTConfig(20, 32, 4, 2, max_T=12)).to(torch.float16).eval()
     caches = [KVCache() for _ in model.blocks]
     with torch.no_grad():
         model(torch.randint(0, 20, (1, 12)), caches)
@@ -165,3 +165,15 @@ def test_the_tables_switches_default_to_the_answer_and_each_plants_its_own_mista
         for b in range(a + 1, len(outs[0])):
             assert any(not _close(o[a], o[b], 1e-9) for o in outs), (a, b)
     assert set(M._CHUNK_MISTAKES) <= set(check_chunk_flops.mistakes)
+
+
+def test_wrong_answers_from_the_texts_are_named():
+    from test_checks_mask import assert_wrong_answers
+
+    flops = [(full_forward, "no-cache"), (with_(cached_keys_only=True), "own-keys"),
+             (with_(kept=True), "masked-skipped"), (with_(one_layer=True), "one-layer"),
+             (with_(head="last"), "head-once"), (with_(madd=True), "multiply-adds"),
+             (with_(assume_4d=True), "d_ff-assumed"), (with_(no_mlp=True), "no-mlp")]
+    assert_wrong_answers(check_chunk_flops, flops)
+    numbers = [2 * RIGHT, PARAMS / CACHE_BYTES_PER_TOKEN, B * RIGHT, L * RIGHT, RIGHT / h, WEIGHT_BYTES, 1000]
+    assert_wrong_answers(check_cache_outgrows_weights, [(g, None) for g in numbers])

@@ -16,13 +16,13 @@ from attnlib.checks import (
     check_embed_with_positions,
     check_lookup_grad,
     check_rotate_halves,
-    check_sinusoidal,
+    check_shift_matrix,
 )
 from attnlib.checks import embeddings as M
 from attnlib.checks._core import _GENERAL, _close
 from helpers import assert_accepted, assert_mistakes_distinct, assert_named, assert_named_at_both_levels
 
-CHECKERS = [check_lookup_grad, check_sinusoidal, check_rotate_halves, check_embed_with_positions]
+CHECKERS = [check_lookup_grad, check_shift_matrix, check_rotate_halves, check_embed_with_positions]
 
 
 # ---- right answers, in the book's form and in others ----------------------------------------------------------
@@ -43,16 +43,31 @@ def grad_autograd(ids, dX, vocab_size):
     return E.grad
 
 
-def sinusoid(positions, d):
-    p = positions.to(torch.float32)[..., None]
-    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-    out = torch.zeros(*positions.shape, d)
-    out[..., 0::2], out[..., 1::2] = torch.sin(p * freq), torch.cos(p * freq)
-    return out
+def shift_blocks(k, d):
+    """One 2 × 2 rotation per pair, put on the diagonal."""
+    blocks = []
+    for f in range(d // 2):
+        b = k * 10000.0 ** (-2 * f / d)
+        blocks.append(torch.tensor([[math.cos(b), -math.sin(b)], [math.sin(b), math.cos(b)]]))
+    return torch.block_diag(*blocks)
 
 
-def sinusoid_from_the_table(positions, d):
-    return sinusoidal_positions(int(positions.max()) + 1, d)[positions]
+def shift_from_the_table(k, d):
+    """cos kω_f and sin kω_f read off row k of the library's table, then the one-step matrix k times over."""
+    row = sinusoidal_positions(k + 1, d)[k]
+    R = torch.zeros(d, d)
+    for f in range(d // 2):
+        s, c = row[2 * f], row[2 * f + 1]
+        R[2 * f, 2 * f], R[2 * f, 2 * f + 1], R[2 * f + 1, 2 * f], R[2 * f + 1, 2 * f + 1] = c, -s, s, c
+    return R
+
+
+def shift_solved(k, d):
+    """R solved from a long float64 table: PE[:-k] R = PE[k:] has one solution."""
+    t = torch.arange(4000, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    PE = torch.stack([(t * omega).sin(), (t * omega).cos()], -1).flatten(-2)
+    return torch.linalg.lstsq(PE[:-k], PE[k:]).solution.float()
 
 
 def halves(x, theta):
@@ -84,7 +99,8 @@ def positions_sliced(ids, E, PE):
 
 SOLUTIONS = [
     (check_lookup_grad, grad_index_add), (check_lookup_grad, grad_one_hot), (check_lookup_grad, grad_autograd),
-    (check_sinusoidal, sinusoid), (check_sinusoidal, sinusoid_from_the_table),
+    (check_shift_matrix, shift_blocks), (check_shift_matrix, shift_from_the_table),
+    (check_shift_matrix, shift_solved),
     (check_rotate_halves, halves), (check_rotate_halves, halves_rotate_half),
     (check_embed_with_positions, positions_right), (check_embed_with_positions, positions_sliced),
 ]
@@ -97,7 +113,7 @@ def test_solution_is_accepted(check, solution):
 
 # ---- every mistake of every table is named, with its first hint, then its second --------------------------------
 
-TABLES = [(check_lookup_grad, M._GRAD_MISTAKES), (check_sinusoidal, M._SINUSOID_MISTAKES),
+TABLES = [(check_lookup_grad, M._GRAD_MISTAKES), (check_shift_matrix, M._SHIFT_MISTAKES),
           (check_rotate_halves, M._ROTATE_MISTAKES), (check_embed_with_positions, M._POSITIONS_MISTAKES)]
 PLANTED = [(c, m) for c, ms in TABLES for m in ms]
 
@@ -114,17 +130,22 @@ def test_every_mistake_has_a_second_hint_and_is_registered():
     for check, table in TABLES:
         assert set(table) <= set(check.mistakes), check.__name__
     assert M.GRAD_OVERWRITE in check_lookup_grad.mistakes and M.ANGLES_DTYPE in check_rotate_halves.mistakes
+    assert M.ROTATE_ANGLES in check_rotate_halves.mistakes
 
 
 def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
     # ignores-theta agrees with the answer on RoPE's own angles (case 0) by design, per-sentence on one
-    # sentence, ignores-positions on positions 0 … T-1, the bug as given on one sentence: compare on another case
+    # sentence, one-step on k = 1, the bug as given on one sentence, rows-from-ids where the largest ID is the
+    # last row, own-table with the sinusoidal PE: compare on another case
+    positions = M._positions_cases()
     for case, reference, mistakes in [
-        (M._grad_cases()[1], M._lookup_grad, M._GRAD_MISTAKES),
-        (M._sinusoid_cases()[1], M._sinusoid_reference, M._SINUSOID_MISTAKES),
+        (M._grad_cases()[1], M._lookup_grad, [m for m in M._GRAD_MISTAKES if m.label != "rows-from-ids"]),
+        (M._grad_cases()[0], M._lookup_grad, [m for m in M._GRAD_MISTAKES if m.label != "per-sentence"]),
+        (M._SHIFT_CASES[1], M._shift, M._SHIFT_MISTAKES),
         (M._rotate_cases()[1], M._rotate_halves, M._ROTATE_MISTAKES),
-        (M._positions_cases()[2], M._positions_reference,
-         [m for m in M._POSITIONS_MISTAKES if m.label not in ("first-axis", "float")]),
+        (positions[2], M._positions_reference,
+         [m for m in M._POSITIONS_MISTAKES if m.label not in ("first-axis", "float", "second-axis", "own-table")]),
+        (positions[3], M._positions_reference, [m for m in M._POSITIONS_MISTAKES if m.label == "own-table"]),
     ]:
         assert_mistakes_distinct(case, reference, mistakes)
 
@@ -133,7 +154,7 @@ def test_each_planted_function_with_no_switch_is_the_answer():
     """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
     for wrong, cases, reference, atol in [
         (M._lookup_grad, M._grad_cases(), grad_one_hot, 1e-5),
-        (M._sinusoid, M._sinusoid_cases(), sinusoid, 1e-5),
+        (M._shift, M._SHIFT_CASES, shift_blocks, 1e-5),
         (M._rotate_halves, M._rotate_cases(), halves, 1e-5),
         (M._positions_reference, M._positions_cases(), positions_sliced, 1e-5),
     ]:
@@ -211,16 +232,61 @@ def test_averaging_only_in_a_batch_is_not_blamed_on_the_mean():
     assert not verdict.ok and verdict.mistake == "values", verdict
 
 
-# ---- sinusoidal vectors of given positions --------------------------------------------------------------------
+# ---- a shift of position is one matrix ----------------------------------------------------------------------
 
-def test_a_float64_table_of_positions_is_a_dtype_mistake():
-    assert_named(check_sinusoidal(lambda p, d: sinusoid(p.double(), d).double()), "dtype", "float64")
+def test_the_answer_moves_every_row_of_the_table_and_keeps_their_dot_products():
+    PE = sinusoidal_positions(64, 16)
+    for k in (1, 5, 12):
+        R = M._shift(k, 16)
+        torch.testing.assert_close(PE[:-k] @ R, PE[k:], atol=1e-5, rtol=0)
+        torch.testing.assert_close(R @ R.T, torch.eye(16), atol=1e-6, rtol=0)     # a rotation
+    assert [k for k, _ in M._SHIFT_CASES][0] == 1 and len({d for _, d in M._SHIFT_CASES}) == 3
 
 
-def test_the_cases_cover_a_continuation_and_a_padded_batch():
-    (plain, _), (later, _), (batch, _) = M._sinusoid_cases()
-    assert torch.equal(plain, torch.arange(len(plain))) and later[0] > 0
-    assert batch.dim() == 2 and batch.dtype == torch.int64 and (batch[1] == 0).sum() > 1
+def _omega(d, dtype=torch.float32):
+    return 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d)
+
+
+def _pairs(angle, upper=-1, lower=1, dtype=torch.float32):
+    """A learner's loop: the block [[cos, upper·sin], [lower·sin, cos]] on columns 2f, 2f + 1."""
+    d = 2 * len(angle)
+    c, s = angle.cos(), angle.sin()
+    R = torch.zeros(d, d, dtype=dtype)
+    for f in range(d // 2):
+        i, j = 2 * f, 2 * f + 1
+        R[i, i], R[i, j], R[j, i], R[j, j] = c[f], upper * s[f], lower * s[f], c[f]
+    return R
+
+
+# Wrong answers written from the exercise's text, each as a learner would write it, with the verdict it must get
+# ("values" where no mistake fits: a generic verdict, never a wrong name).
+WRONG_SHIFTS = {
+    "textbook-block-for-rows": (lambda k, d: _pairs(k * _omega(d), upper=1, lower=-1), "backwards"),
+    "column-vector-habit": (lambda k, d: shift_blocks(k, d).T.contiguous(), "backwards"),
+    "same-angle-everywhere": (lambda k, d: _pairs(torch.full((d // 2,), float(k))), "one-frequency"),
+    "pair-index-exponent": (lambda k, d: _pairs(k / 10000 ** (torch.arange(d // 2) / d)), "exponent-f"),
+    "frequency-upside-down": (lambda k, d: _pairs(k * 10000.0 ** (torch.arange(0, d, 2) / d)), "wrong-angles"),
+    "base-1000": (lambda k, d: _pairs(k * 1000.0 ** (-torch.arange(0, d, 2) / d)), "wrong-angles"),
+    "forgot-the-minus": (lambda k, d: _pairs(k * _omega(d), upper=1), "no-minus"),
+    "cosines-only": (lambda k, d: torch.diag(torch.cos(k * _omega(d)).repeat_interleave(2)), "diagonal"),
+    "halves-blocks": (lambda k, d: torch.cat([
+        torch.cat([torch.diag(torch.cos(k * _omega(d))), torch.diag(-torch.sin(k * _omega(d)))], 1),
+        torch.cat([torch.diag(torch.sin(k * _omega(d))), torch.diag(torch.cos(k * _omega(d)))], 1)]), "halves"),
+    "k-forgotten": (lambda k, d: _pairs(_omega(d)), "one-step"),
+    "rope-angles-in-float64": (lambda k, d: _pairs(rope_angles(k + 1, d)[k], dtype=torch.float64), "dtype"),
+    "shift-the-columns": (lambda k, d: torch.roll(torch.eye(d), k, dims=1), "values"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_SHIFTS)
+def test_wrong_shift_matrices_from_the_text_are_rejected_and_named_or_left_generic(name):
+    fn, label = WRONG_SHIFTS[name]
+    assert_named(check_shift_matrix(fn), label)
+
+
+def test_most_wrong_shift_matrices_are_named():
+    named = [label for _, label in WRONG_SHIFTS.values() if label != "values"]
+    assert len(WRONG_SHIFTS) >= 5 and len(named) >= 0.85 * len(WRONG_SHIFTS)
 
 
 # ---- RoPE in the halves layout --------------------------------------------------------------------------------
@@ -253,6 +319,19 @@ def test_an_answer_that_writes_into_x_is_named(how):
         return x
 
     assert_named(check_rotate_halves(into_x), "in-place", "x")
+
+
+@pytest.mark.parametrize("angles", [
+    lambda theta: theta.reshape(theta.shape[1], theta.shape[0]).T,   # theta read as (d/2, T)
+    lambda theta: theta.roll(1, 0),                                   # each row given the previous row's angles
+    lambda theta: theta.flip(-1),                                     # the pairs' angles in the reverse order
+])
+def test_rotating_the_right_pairs_by_other_angles_is_named(angles):
+    assert_named(check_rotate_halves(lambda x, theta: halves(x, angles(theta))), "other-angles")
+
+
+def test_a_result_whose_pairs_change_length_is_not_blamed_on_the_angles():
+    assert_named(check_rotate_halves(lambda x, theta: 1.5 * halves(x, theta)), "values")
 
 
 def test_the_chapters_apply_rope_is_the_neighbours_mistake_on_ropes_angles():

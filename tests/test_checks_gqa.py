@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attnlib import MultiHeadAttention
 from attnlib.checks import gqa as G
 from attnlib.checks._core import MORE, _close
-from attnlib.checks.gqa import CACHE_QUESTION, check_gqa_attention, check_gqa_cache_bytes, check_mean_pooled_kv
+from attnlib.checks.gqa import CACHE_QUESTION, check_gqa_cache_bytes, check_mean_pooled_kv, check_regrouped_heads
 from helpers import assert_accepted, assert_named, stub
 
 INF = math.inf
@@ -41,223 +40,207 @@ def assert_each_separated(cases, reference, mistakes):
             assert any(differ(x, y) for x, y in zip(outs[i], outs[j])), (names[i], names[j])
 
 
-# ------------------------------------------------------------------------------------------ GQA attention
 def _allowed(T_q, T_k, shift=0):
     """True where query i (at position i + T_k − T_q) may read key j; ``shift`` moves the diagonal."""
     pos = torch.arange(T_q)[:, None] + (T_k - T_q) + shift
     return torch.arange(T_k)[None, :] <= pos
 
 
-def _attend(Q, K, V, allowed=None, scale=None):
-    """Causal attention (queries last) on equal head counts, written without the library."""
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    allowed = _allowed(T_q, T_k) if allowed is None else allowed
-    S = Q @ K.mT / math.sqrt(Q.shape[-1] if scale is None else scale)
-    return torch.softmax(S.masked_fill(~allowed, -INF), dim=-1) @ V
+# ------------------------------------------------------------------------- a layer whose groups are strided
+def _strided_output(W_QKV, W_O, h, h_kv, X):
+    """The given layer, written without the library: query head n reads K/V head n mod h_kv."""
+    d_model, d_head = X.shape[-1], W_O.shape[0] // h
+    d_kv = h_kv * d_head
+    Q, K, V = (X @ W_QKV).split([d_model, d_kv, d_kv], dim=-1)
+    heads = []
+    for n in range(h):
+        g = n % h_kv
+        q, k, v = Q[..., n * d_head:(n + 1) * d_head], K[..., g * d_head:(g + 1) * d_head], \
+            V[..., g * d_head:(g + 1) * d_head]
+        S = q @ k.mT / math.sqrt(d_head)
+        heads.append(torch.softmax(S.masked_fill(~_allowed(X.shape[-2], X.shape[-2]), -INF), -1) @ v)
+    return torch.cat(heads, dim=-1) @ W_O
 
 
-def gqa_solution(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, K.repeat_interleave(n, dim=-3), V.repeat_interleave(n, dim=-3))
+def _q_cols(W_QKV, order, d_head):
+    cols = torch.cat([torch.arange(n * d_head, (n + 1) * d_head) for n in order])
+    return cols
 
 
-def gqa_grouped_einsum(Q, K, V):
-    """Q reshaped into groups, K and V broadcast: no copy (the chapter's second way), with the cache offset."""
-    *batch, h, T_q, d = Q.shape
-    h_kv, T_k = K.shape[-3], K.shape[-2]
-    Qg = Q.reshape(*batch, h_kv, h // h_kv, T_q, d)
-    S = torch.einsum("...gnqd,...gkd->...gnqk", Qg, K) / math.sqrt(d)
-    P = torch.softmax(S.masked_fill(~_allowed(T_q, T_k), -INF), dim=-1)
-    return torch.einsum("...gnqk,...gkd->...gnqd", P, V).reshape(*batch, h, T_q, V.shape[-1])
+def regroup_solution(W_QKV, W_O, h, h_kv):
+    group, d_head = h // h_kv, W_O.shape[0] // h
+    order = [r * h_kv + g for g in range(h_kv) for r in range(group)]
+    cols = _q_cols(W_QKV, order, d_head)
+    return torch.cat([W_QKV[:, cols], W_QKV[:, h * d_head:]], dim=1), W_O[cols]
 
 
-def gqa_torch(Q, K, V):
-    mask = _allowed(Q.shape[-2], K.shape[-2])
-    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, enable_gqa=True)
+def regroup_by_reshape(W_QKV, W_O, h, h_kv):
+    d_model = W_QKV.shape[0]
+    d_head = d_model // h
+    W_Q = W_QKV[:, :d_model].reshape(d_model, h // h_kv, h_kv, d_head).transpose(1, 2).reshape(d_model, d_model)
+    W_O = W_O.reshape(h // h_kv, h_kv, d_head, d_model).transpose(0, 1).reshape(d_model, d_model)
+    return torch.cat([W_Q, W_QKV[:, d_model:]], dim=1), W_O
 
 
-def gqa_tiled(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, torch.cat([K] * n, dim=-3), torch.cat([V] * n, dim=-3))
+def regroup_reversed_in_groups(W_QKV, W_O, h, h_kv):
+    """Another right answer: the heads of each group in the opposite order (the outputs are the same)."""
+    group, d_head = h // h_kv, W_O.shape[0] // h
+    order = [r * h_kv + g for g in range(h_kv) for r in reversed(range(group))]
+    cols = _q_cols(W_QKV, order, d_head)
+    return torch.cat([W_QKV[:, cols], W_QKV[:, h * d_head:]], dim=1), W_O[cols]
 
 
-def gqa_Q_grouped_strided(Q, K, V):
-    *batch, h, T, d = Q.shape
-    h_kv = K.shape[-3]
-    out = _attend(Q.reshape(*batch, h // h_kv, h_kv, T, d), K.unsqueeze(-4), V.unsqueeze(-4))
-    return out.reshape(*batch, h, T, V.shape[-1])
+def regroup_unchanged(W_QKV, W_O, h, h_kv):
+    return W_QKV.clone(), W_O.clone()
 
 
-def gqa_no_mask(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, K.repeat_interleave(n, -3), V.repeat_interleave(n, -3),
-                   allowed=torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool))
+def regroup_queries_only(W_QKV, W_O, h, h_kv):
+    W_new, _ = regroup_solution(W_QKV, W_O, h, h_kv)
+    return W_new, W_O
 
 
-def gqa_square_mask(Q, K, V):
-    """triu(1) on (T_q, T_k): the new queries treated as positions 0 … T_q − 1."""
-    n = Q.shape[-3] // K.shape[-3]
-    allowed = ~torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool).triu(1)
-    return _attend(Q, K.repeat_interleave(n, -3), V.repeat_interleave(n, -3), allowed=allowed)
+def regroup_W_O_only(W_QKV, W_O, h, h_kv):
+    return W_QKV, regroup_solution(W_QKV, W_O, h, h_kv)[1]
 
 
-def gqa_sdpa_is_causal(Q, K, V):
-    """SDPA's is_causal with T_q ≠ T_k aligns its mask to the top left."""
-    return F.scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=True)
+def regroup_inverse(W_QKV, W_O, h, h_kv):
+    """new head n takes old head (n mod h_kv)·(h / h_kv) + n // h_kv: where old heads go, read as where they come
+    from."""
+    group, d_head = h // h_kv, W_O.shape[0] // h
+    order = [(n % h_kv) * group + n // h_kv for n in range(h)]
+    cols = _q_cols(W_QKV, order, d_head)
+    return torch.cat([W_QKV[:, cols], W_QKV[:, h * d_head:]], dim=1), W_O[cols]
 
 
-def gqa_blocks_itself(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, K.repeat_interleave(n, -3), V.repeat_interleave(n, -3),
-                   allowed=_allowed(Q.shape[-2], K.shape[-2], shift=-1))
+def regroup_W_O_columns(W_QKV, W_O, h, h_kv):
+    W_new, _ = regroup_solution(W_QKV, W_O, h, h_kv)
+    group, d_head = h // h_kv, W_O.shape[0] // h
+    cols = _q_cols(W_QKV, [r * h_kv + g for g in range(h_kv) for r in range(group)], d_head)
+    return W_new, W_O[:, cols]
 
 
-def gqa_reads_one_ahead(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, K.repeat_interleave(n, -3), V.repeat_interleave(n, -3),
-                   allowed=_allowed(Q.shape[-2], K.shape[-2], shift=1))
+def regroup_heads_as_fast_axis(W_QKV, W_O, h, h_kv):
+    """Heads taken as the last axis of a (d_head, h) reshape: single columns n, n + h, … moved."""
+    d_model = W_QKV.shape[0]
+    d_head, group = d_model // h, h // h_kv
+    order = [r * h_kv + g for g in range(h_kv) for r in range(group)]
+    W_Q = W_QKV[:, :d_model].reshape(d_model, d_head, h)[..., order].reshape(d_model, d_model)
+    W_O = W_O.reshape(d_head, h, d_model)[:, order].reshape(d_model, d_model)
+    return torch.cat([W_Q, W_QKV[:, d_model:]], dim=1), W_O
 
 
-def gqa_times_K(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    K = K.repeat_interleave(n, dim=-3)
-    return _attend(Q, K, K)
+def regroup_in_place(W_QKV, W_O, h, h_kv):
+    W_new, W_O_new = regroup_solution(W_QKV, W_O, h, h_kv)
+    W_QKV.copy_(W_new)
+    W_O.copy_(W_O_new)
+    return W_QKV, W_O
 
 
-def gqa_scaled_by_d_v(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q, K.repeat_interleave(n, -3), V.repeat_interleave(n, -3), scale=V.shape[-1])
+def regroup_into_float32(W_QKV, W_O, h, h_kv):
+    """Filled into torch.empty (float32 by default)."""
+    W_new, W_O_new = regroup_solution(W_QKV, W_O, h, h_kv)
+    a, b = torch.empty(W_new.shape), torch.empty(W_O_new.shape)
+    a.copy_(W_new), b.copy_(W_O_new)
+    return a, b
 
 
-def gqa_not_expanded(Q, K, V):
-    return _attend(Q, K, V)
+def regroup_kv_expanded(W_QKV, W_O, h, h_kv):
+    """K and V widened to h heads with repeat_interleave: a multi-head layer, of another shape."""
+    d_model = W_QKV.shape[0]
+    d_head = d_model // h
+    K, V = W_QKV[:, d_model:].chunk(2, dim=1)
+    K, V = (t.reshape(d_model, h_kv, d_head).repeat_interleave(h // h_kv, 1).reshape(d_model, -1) for t in (K, V))
+    return torch.cat([W_QKV[:, :d_model], K, V], dim=1), W_O
 
 
-def gqa_sdpa_not_expanded(Q, K, V):
-    return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+def regroup_kv_heads_swapped(W_QKV, W_O, h, h_kv):
+    """The K/V heads moved (their order reversed) instead of the query heads."""
+    d_model = W_QKV.shape[0]
+    d_head = d_model // h
+    K, V = W_QKV[:, d_model:].chunk(2, dim=1)
+    K, V = (t.reshape(d_model, h_kv, d_head).flip(1).reshape(d_model, -1) for t in (K, V))
+    return torch.cat([W_QKV[:, :d_model], K, V], dim=1), W_O.clone()
 
 
-def gqa_one_query_per_group(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    return _attend(Q[..., ::n, :, :], K, V)
+def regroup_kv_heads_reversed_too(W_QKV, W_O, h, h_kv):
+    """Another right answer: the K/V heads in reverse order, each group of query heads following its head."""
+    group, d_model = h // h_kv, W_QKV.shape[0]
+    d_head = d_model // h
+    order = [r * h_kv + (h_kv - 1 - j) for j in range(h_kv) for r in range(group)]
+    cols = _q_cols(W_QKV, order, d_head)
+    K, V = W_QKV[:, d_model:].chunk(2, dim=1)
+    K, V = (t.reshape(d_model, h_kv, d_head).flip(1).reshape(d_model, -1) for t in (K, V))
+    return torch.cat([W_QKV[:, cols], K, V], dim=1), W_O[cols]
 
 
-def gqa_mean_queries(Q, K, V):
-    *batch, h, T, d = Q.shape
-    return _attend(Q.reshape(*batch, K.shape[-3], -1, T, d).mean(-3), K, V)
+def regroup_book_to_weight(W_QKV, W_O, h, h_kv):
+    """Returned in nn.Linear's (out, in) orientation."""
+    a, b = regroup_solution(W_QKV, W_O, h, h_kv)
+    return a.T, b.T
 
 
-def gqa_heads_on_axis_1(Q, K, V):
-    n = Q.shape[1] // K.shape[1]
-    return _attend(Q, K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1))
+def test_the_strided_reference_is_the_layer_written_out():
+    for W_QKV, W_O, h, h_kv in G._regroup_cases():
+        X = torch.randn(2, 5, W_QKV.shape[0], generator=G._gen(120), dtype=torch.float64).to(W_QKV.dtype)
+        torch.testing.assert_close(G._strided_reference(W_QKV, W_O, h, h_kv), _strided_output(W_QKV, W_O, h, h_kv, X))
 
 
-def gqa_heads_on_axis_1_einsum(Q, K, V):
-    """The same slip, raising another error (einsum's): found by the diagnosis, not by the planted error."""
-    n = Q.shape[1] // K.shape[1]
-    K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
-    S = torch.einsum("bhqd,bhkd->bhqk", Q, K) / math.sqrt(Q.shape[-1])
-    P = torch.softmax(S.masked_fill(~_allowed(Q.shape[-2], K.shape[-2]), -INF), dim=-1)
-    return torch.einsum("bhqk,bhkd->bhqd", P, V)
+@pytest.mark.parametrize("fn", [regroup_solution, regroup_by_reshape, regroup_reversed_in_groups,
+                                regroup_kv_heads_reversed_too,
+                                lambda W_QKV, W_O, h, h_kv: list(G._regroup(W_QKV, W_O, h, h_kv))])
+def test_regrouping_is_accepted(fn):
+    assert_accepted(check_regrouped_heads(fn))
 
 
-def gqa_float_mask(Q, K, V):
-    """The additive mask made in float32: bfloat16 scores plus it become float32, and meet the bfloat16 V."""
-    n = Q.shape[-3] // K.shape[-3]
-    K, V = K.repeat_interleave(n, -3), V.repeat_interleave(n, -3)
-    M = torch.zeros(Q.shape[-2], K.shape[-2]).masked_fill(~_allowed(Q.shape[-2], K.shape[-2]), -INF)
-    return torch.softmax(Q @ K.mT / math.sqrt(Q.shape[-1]) + M, dim=-1) @ V
+# written from the exercise text, each one verified wrong on the checker's inputs
+REGROUP_WRONG = [
+    (regroup_unchanged, "unchanged"), (regroup_queries_only, "W_O-not-reordered"),
+    (regroup_W_O_only, "W_Q-not-reordered"), (regroup_inverse, "inverse-order"),
+    (regroup_W_O_columns, "W_O-columns"), (regroup_heads_as_fast_axis, "head-layout"),
+    (regroup_in_place, "in-place"), (regroup_into_float32, "pair"), (regroup_kv_expanded, "pair"),
+    (regroup_book_to_weight, "pair"), (regroup_kv_heads_swapped, "kv-moved"),
+]
 
 
-def gqa_float_mask_einsum(Q, K, V):
-    """The same slip, raising einsum's error: found by the diagnosis."""
-    n = Q.shape[-3] // K.shape[-3]
-    K, V = K.repeat_interleave(n, -3), V.repeat_interleave(n, -3)
-    M = torch.zeros(Q.shape[-2], K.shape[-2]).masked_fill(~_allowed(Q.shape[-2], K.shape[-2]), -INF)
-    P = torch.softmax(torch.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(Q.shape[-1]) + M, dim=-1)
-    return torch.einsum("...qk,...kd->...qd", P, V)
+@pytest.mark.parametrize("fn, label", REGROUP_WRONG + [(stub, "stub")])
+def test_regrouping_mistakes_are_named(fn, label):
+    assert_named(check_regrouped_heads(fn), label)
 
 
-def gqa_in_float32(Q, K, V):
-    """Computed in float32 and returned so: right values, wrong dtype for float64 and bfloat16 inputs."""
-    return gqa_solution(Q.float(), K.float(), V.float())
+def test_regrouping_wrong_answers_are_wrong_on_the_checkers_inputs():
+    for fn, _ in REGROUP_WRONG:
+        outs = []
+        for W_QKV, W_O, h, h_kv in G._regroup_cases():
+            got = fn(W_QKV.clone(), W_O.clone(), h, h_kv)
+            same = tuple(t.shape for t in got) == (W_QKV.shape, W_O.shape) and got[0].dtype == W_QKV.dtype
+            outs.append(same and _close(G._grouped_output(*got, h, h_kv), G._strided_reference(W_QKV, W_O, h, h_kv),
+                                        1e-6))
+        assert not all(outs) or fn is regroup_in_place, fn.__name__
 
 
-def gqa_scales_Q_in_place(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    Q /= math.sqrt(Q.shape[-1])
-    S = Q @ K.repeat_interleave(n, -3).mT
-    return torch.softmax(S.masked_fill(~_allowed(Q.shape[-2], K.shape[-2]), -INF), -1) @ V.repeat_interleave(n, -3)
+def test_a_pair_of_the_wrong_kind_is_told_the_shapes_and_dtype_to_return():
+    v = check_regrouped_heads(regroup_book_to_weight)
+    assert_named(v, "pair", "float64 (12, 20)", "float64 (20, 12)")
+    assert "_Returned" not in v.message and "tensor, got" not in v.message
+    assert_named(check_regrouped_heads(regroup_into_float32), "pair", "float32 (12, 20)")
+    assert_named(check_regrouped_heads(lambda W_QKV, W_O, h, h_kv: W_QKV), "pair", "got float64 (12, 20)")
 
 
-def gqa_masks_its_own_scores_in_place(Q, K, V):
-    """In-place work on a tensor of its own is fine: only the inputs must be left as they came."""
-    n = Q.shape[-3] // K.shape[-3]
-    S = Q @ K.repeat_interleave(n, -3).mT / math.sqrt(Q.shape[-1])
-    S.masked_fill_(~_allowed(Q.shape[-2], K.shape[-2]), -INF)
-    return torch.softmax(S, -1) @ V.repeat_interleave(n, -3)
+def test_regrouping_runs_the_learners_function_once_per_case():
+    calls = []
+
+    def counted(W_QKV, W_O, h, h_kv):
+        calls.append(h)
+        return regroup_unchanged(W_QKV, W_O, h, h_kv)
+
+    check_regrouped_heads(counted)
+    assert len(calls) == len(G._regroup_cases()), calls
 
 
-@pytest.mark.parametrize("fn", [gqa_solution, gqa_grouped_einsum, gqa_torch, gqa_masks_its_own_scores_in_place])
-def test_gqa_solutions_are_accepted(fn):
-    assert_accepted(check_gqa_attention(fn))
-
-
-@pytest.mark.parametrize("fn, label", [
-    (gqa_tiled, "tiled"), (gqa_Q_grouped_strided, "tiled"), (gqa_no_mask, "no-mask"),
-    (gqa_square_mask, "top-left"), (gqa_sdpa_is_causal, "top-left"), (gqa_blocks_itself, "self-blocked"),
-    (gqa_reads_one_ahead, "one-ahead"), (gqa_times_K, "weights-times-K"), (gqa_scaled_by_d_v, "scale-d_v"),
-    (gqa_not_expanded, "not-expanded"), (gqa_sdpa_not_expanded, "not-expanded"),
-    (gqa_one_query_per_group, "fewer-queries"), (gqa_mean_queries, "mean-queries"),
-    (gqa_heads_on_axis_1, "head-axis"), (gqa_heads_on_axis_1_einsum, "head-axis"),
-    (gqa_float_mask, "mixed-dtypes"), (gqa_float_mask_einsum, "mixed-dtypes"), (gqa_in_float32, "dtype"),
-    (gqa_scales_Q_in_place, "in-place"), (stub, "stub"),
-])
-def test_gqa_mistakes_are_named(fn, label):
-    assert_named(check_gqa_attention(fn), label)
-
-
-def test_gqa_dtype_verdict_names_both_dtypes():
-    assert_named(check_gqa_attention(gqa_in_float32), "dtype", "torch.float32", "torch.float64")
-    assert_named(check_gqa_attention(lambda Q, K, V: gqa_solution(Q, K, V).double()), "dtype", "torch.bfloat16")
-
-
-def test_an_answer_right_in_values_is_never_blamed_on_a_mistake_that_raises_elsewhere():
-    """A planted mistake that raises on some inputs and is right on the others would match every answer with
-    the right values (a case on which a planted mistake raises is skipped): the table holds none, except K and
-    V left unexpanded, which is right for multi-query attention and is named only through its own error, where
-    the diagnosis (heads on the second axis) has the last word."""
-    assert_named(check_gqa_attention(gqa_heads_on_axis_1), "head-axis")
-    for m in G._GQA_MISTAKES:
-        if m.label == "not-expanded" and m.wrong is not G._gqa_sdpa_not_expanded:
-            continue
-        cases = [c for group in G._gqa_cases() for c in group.cases]
-        ran = []
-        for c in cases:
-            try:
-                ran.append(_close(m.wrong(*c), G._gqa_reference(*c), 3e-2))
-            except Exception:  # noqa: BLE001
-                pass
-        assert not all(ran), m.label
-
-
-def test_gqa_mask_hints_are_not_blamed_on_the_heads():
-    """A mask one diagonal off or aligned to the top left is told about the mask, not about K and V."""
-    for fn in (gqa_square_mask, gqa_blocks_itself, gqa_reads_one_ahead):
-        v = check_gqa_attention(fn)
-        assert "mask" in v.message and "expand" not in v.message, v
-
-
-def test_gqa_checker_does_not_raise_on_garbage():
-    for fn in (lambda Q, K, V: None, lambda Q, K, V: 1 / 0, lambda Q, K, V: Q, 3):
-        v = check_gqa_attention(fn)
-        assert not v.ok and str(v).startswith("✗ not yet: ")
-
-
-def test_gqa_reference_is_in_the_dtype_of_Q():
-    for group in G._gqa_cases():
-        for Q, K, V in group.cases:
-            assert G._gqa_reference(Q, K, V).dtype == Q.dtype
+def test_regrouping_checker_does_not_raise_on_garbage():
+    for fn in (lambda *a: None, lambda *a: 1 / 0, lambda *a: (1, 2), 3, lambda W_QKV, W_O: W_QKV):
+        v = check_regrouped_heads(fn)
+        assert not v.ok and str(v).startswith("✗ not yet: "), v
 
 
 # ---------------------------------------------------------------------------------- predict: cache bytes
@@ -277,7 +260,10 @@ def test_cache_bytes_prediction_is_accepted():
     ("with-queries", 3072 * 24 * 4),            # Q's rows cached too
     ("as-if-mha", 2 * 2048 * 24 * 4),           # K and V as wide as d_model
     ("numbers", 1024 * 24),                     # a unit left off: numbers, not bytes
-    ("K-only", 512 * 24 * 4),                   # K or V only
+    ("half", 512 * 24 * 4),                     # K or V only
+    ("half", 1024 * 24 * 2),                    # float16's 2 bytes a number
+    ("kv-twice", 2 * 1024 * 24 * 4),            # the 1024 rows taken as K's alone
+    ("kib", 96),                                # in KiB
     ("one-layer", 1024 * 4),                    # per layer, not all layers
     ("one-layer-numbers", 1024),
     ("bits", 1024 * 24 * 32),
@@ -353,6 +339,27 @@ def test_mean_pooling_mistakes_are_named(kwargs, label):
     assert_named(check_mean_pooled_kv(lambda m, k: convert(m, k, **kwargs)), label)
 
 
+def convert_keeping_built_biases(mha, h_kv):
+    new = convert(mha, h_kv)
+    if new.W_QKV.bias is not None:
+        with torch.no_grad():
+            new.W_QKV.bias.uniform_(-1, 1), new.W_O.bias.uniform_(-1, 1)
+    return new
+
+
+def convert_by_editing_a_copy(mha, h_kv):
+    """mha deep-copied, then h_kv and the fused weight replaced: the copy's own sizes still describe h_kv = h."""
+    import copy
+    new, right = copy.deepcopy(mha), convert(mha, h_kv)
+    new.h_kv, new.W_QKV = h_kv, right.W_QKV
+    return new
+
+
+def test_biases_left_as_built_and_a_copy_edited_after_it_was_built_are_named():
+    assert_named(check_mean_pooled_kv(convert_keeping_built_biases), "biases-not-copied")
+    assert_named(check_mean_pooled_kv(convert_by_editing_a_copy), "changed-after-built", "qkv_sizes")
+
+
 def test_a_layer_with_extra_biases_is_told_about_the_biases_not_a_tuple():
     v = check_mean_pooled_kv(lambda m, k: convert(m, k, bias=True))
     assert_named(v, "bias", "has biases", "has none")
@@ -386,6 +393,17 @@ def test_mean_pooling_checker_is_not_fooled_by_a_learner_who_changes_the_input()
     assert_named(check_mean_pooled_kv(sneaky), "in-place", "mha.W_QKV.weight")
 
 
+def test_mean_pooling_runs_the_learners_function_once_per_case():
+    calls = []
+
+    def counted(mha, h_kv):
+        calls.append(h_kv)
+        return convert(mha, h_kv, pool="first") if len(calls) > 1 else mha    # wrong structure, then values
+
+    assert_named(check_mean_pooled_kv(counted), "heads")
+    assert len(calls) == len(G._mean_pool_cases()), calls
+
+
 def test_mean_pooling_hints_have_two_levels():
     fn = lambda m, k: convert(m, k, to_dtype=False)  # noqa: E731
     first, second = check_mean_pooled_kv(fn), check_mean_pooled_kv(fn, hint=2)
@@ -395,14 +413,11 @@ def test_mean_pooling_hints_have_two_levels():
 # ---- the tables of mistakes ---------------------------------------------------------------------------
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    for m in G._GQA_MISTAKES:
-        assert m.wrong is not None, m.label
-        v = check_gqa_attention(m.wrong)
+    for m in G._REGROUP_PLANTED:
+        v = check_regrouped_heads(m.wrong)
         assert_named(v, m.label)
-        assert v.message.startswith(m.hint), (m.label, v)      # an error's verdict adds what was raised
-    cases = [c for group in G._gqa_cases() for c in group.cases]
-    runs = [m for m in G._GQA_MISTAKES if m.wrong is not G._gqa_sdpa_not_expanded]
-    assert_each_separated(cases, G._gqa_reference, [m for m in runs if m.label != "not-expanded"])
+        assert v.message == m.hint + MORE, (m.label, v)
+    assert_each_separated(G._regroup_cases(), G._strided_reference, G._REGROUP_MISTAKES)
     for m in G._POOL_MISTAKES:
         how = m.wrong.keywords["how"]
         v = check_mean_pooled_kv(lambda mha, h_kv, how=how: G._pooled(mha, h_kv, how))
@@ -412,14 +427,37 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
 
 
 def test_each_variant_with_its_default_switches_is_the_reference():
-    assert_accepted(check_gqa_attention(G._gqa_variant))
+    assert_accepted(check_regrouped_heads(G._regroup))
     assert_accepted(check_mean_pooled_kv(G._pooled))
 
 
 def test_every_mistake_the_checkers_name_is_registered_with_two_hint_levels():
-    tables = ((check_gqa_attention, [*G._GQA_MISTAKES, G._HEAD_AXIS, G._MIXED]),
+    tables = ((check_regrouped_heads, [*G._REGROUP_MISTAKES, G._PAIR, G._KV_MOVED]),
               (check_gqa_cache_bytes, G._CACHE_GUESSES),
               (check_mean_pooled_kv, [*G._POOL_MISTAKES, *G._STRUCTURE_MISTAKES]))
     for check, table in tables:
         assert {m.label for m in table} <= {m.label for m in check.mistakes}
         assert all(m.more for m in table), check.__name__
+
+
+def test_the_cache_question_agrees_with_the_formula_and_a_measured_cache():
+    """The answer of check_gqa_cache_bytes is what kv_cache_bytes gives for the question's layer, and the formula
+    is what the library's GPT caches (measured on a small stand-in with the same group size h / h_kv = 4)."""
+    from attnlib.costs import kv_cache_bytes
+    from attnlib.heads import KVCache
+    from attnlib.model import GPT, GPTConfig
+
+    L, d_model, h, h_kv, T = 2, 32, 8, 2, 3
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(11, d_model, h, L, max_T=T, h_kv=h_kv)).eval()
+    caches = [KVCache() for _ in model.blocks]
+    with torch.no_grad():
+        model(torch.randint(0, 11, (1, T), generator=G._gen(0)), caches)
+    measured = sum(c.K.nbytes + c.V.nbytes for c in caches) // T
+    assert measured == kv_cache_bytes(L, h_kv, d_model // h, bytes_per_number=4)
+    with torch.device("meta"):
+        layer = MultiHeadAttention(2048, 16, h_kv=4, bias=False)
+    s = CACHE_QUESTION
+    assert tuple(layer.W_QKV.weight.shape) == s["W_QKV"]
+    assert G._CACHE_WANT == kv_cache_bytes(s["L"], layer.h_kv, layer.d_head, bytes_per_number=s["bytes_per_number"])

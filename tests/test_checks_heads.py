@@ -4,6 +4,7 @@ first-level hint holds the code of the book's solution."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -11,22 +12,26 @@ import nbformat
 import pytest
 import torch
 
-from attnlib import merge_heads, split_heads
+from attnlib import MultiHeadAttention, merge_heads, show_source, split_heads
 from attnlib.attention import attention, causal_mask, softmax
 from attnlib.checks import (
-    buggy_qkv_attention,
+    buggy_folded_attention,
     check_attention_parameters,
-    check_fixed_qkv_attention,
+    check_folded_heads,
     check_heads_first,
     check_split_heads,
     heads,
 )
-from attnlib.checks._core import _GENERAL, _LEVEL, MORE, Group, _close
+from attnlib.checks._core import _GENERAL, _LEVEL, AS_GIVEN, MORE, Group, _close
+from attnlib.heads import multi_head_attention
 from helpers import BOOK, assert_accepted, assert_named, stub
 
 
 def future(T):
     return torch.ones(T, T, dtype=torch.bool).triu(1)
+
+
+_GENERIC_LABELS = ("values", "shape", "error", "type")   # verdicts that name no mistake
 
 
 def assert_not_named(verdict, label):
@@ -94,6 +99,12 @@ def split_keeps_two_sizes(x, h):
     return x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2)
 
 
+def split_axis_added(x, h):
+    """Treats (T, d_model) as a batch of one and keeps that axis."""
+    x = x.unsqueeze(0) if x.dim() == 2 else x
+    return x.unflatten(-1, (h, -1)).transpose(-3, -2)
+
+
 @pytest.mark.parametrize("fn", [split_ok, split_unflatten, split_flatten_and_back, heads._split_reference])
 def test_split_solutions_are_accepted(fn):
     assert_accepted(check_split_heads(fn))
@@ -104,7 +115,8 @@ def test_split_solutions_are_accepted(fn):
     (split_interleaved, "interleaved"), (split_wrong_axes, "wrong-axes"),
     (split_front_axes, "fixed-axes"), (split_heads_first, "heads-in-front"), (split_flattened, "lead-flattened"),
     (lambda x, h: x.clone(), "no-split"), (split_unpacks_three, "three-axes"),
-    (split_indexes_three, "three-axes"), (split_keeps_two_sizes, "three-axes"), (stub, "stub"),
+    (split_indexes_three, "three-axes"), (split_keeps_two_sizes, "three-axes"), (split_axis_added, "no-lead"),
+    (stub, "stub"),
 ])
 def test_split_mistakes_are_named(fn, label):
     assert_named(check_split_heads(fn), label)
@@ -279,13 +291,92 @@ def test_heads_first_blames_a_mistake_only_when_it_matches_every_case():
     assert_not_named(check_heads_first(mean_only_in_float32), "mean-heads")
 
 
-def test_heads_first_cases_keep_every_width_apart():
+def test_heads_first_cases_keep_every_width_apart_but_the_last():
+    widths = []
     for group in heads._hf_cases():
         X, W_Q, W_K, W_V, W_O = group.cases[0]
         h, d_model, d_k = W_Q.shape
-        d_v = W_V.shape[-1]
-        assert len({d_k, d_v, d_model // h}) == 3 and d_model not in (h * d_k, h * d_v), (d_k, d_v, h, d_model)
-    assert {g.cases[0][0].dtype for g in heads._hf_cases()} == {torch.float16, torch.float32, torch.float64}
+        widths.append((len({d_k, W_V.shape[-1], d_model // h}), d_model in (h * d_k, h * W_V.shape[-1])))
+    assert widths == [(3, False)] * 3 + [(1, True)]     # the last: the chapter's d_k = d_v = d_model / h
+    assert [g.cases[0][0].dtype for g in heads._hf_cases()] == [torch.float32, torch.float64, torch.float16,
+                                                                 torch.float32]
+
+
+# Wrong answers written from the exercise text (loops, SDPA, einsum): the common slips, each named.
+def hf_loop_unscaled(X, W_Q, W_K, W_V, W_O):
+    T = X.shape[1]
+    return sum(torch.softmax((X @ W_Q[n]) @ (X @ W_K[n]).mT + causal_mask(T, dtype=X.dtype), -1) @ (X @ W_V[n])
+               @ W_O[n] for n in range(W_Q.shape[0]))
+
+
+def hf_tril_after_softmax(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    P = torch.softmax(Q @ K.mT / math.sqrt(W_Q.shape[-1]), -1).tril()
+    return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
+
+
+def hf_sdpa_merged_by_reshape(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+    return out.reshape(X.shape[0], X.shape[1], -1) @ W_O.flatten(0, 1)
+
+
+def hf_loop_scaled_by_d_v(X, W_Q, W_K, W_V, W_O):
+    T, d_v = X.shape[1], W_V.shape[-1]
+    heads_ = [softmax((X @ W_Q[n]) @ (X @ W_K[n]).mT / math.sqrt(d_v) + causal_mask(T, dtype=X.dtype))
+              @ (X @ W_V[n]) for n in range(W_Q.shape[0])]
+    return torch.cat(heads_, -1) @ W_O.reshape(-1, W_O.shape[-1])
+
+
+def hf_weights_reshaped(X, W_Q, W_K, W_V, W_O):
+    h, d_model, _ = W_Q.shape
+    Q, K, V = (split_heads(X @ W.reshape(d_model, -1), h) for W in (W_Q, W_K, W_V))
+    return merge_heads(attention(Q, K, V)) @ W_O.reshape(-1, d_model)
+
+
+def hf_mean_of_heads(X, W_Q, W_K, W_V, W_O):
+    return torch.stack([attention(X @ W_Q[n], X @ W_K[n], X @ W_V[n]) @ W_O[n] for n in range(len(W_Q))]).mean(0)
+
+
+def hf_sdpa_not_causal(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    return torch.einsum("bhtv,hvm->btm", torch.nn.functional.scaled_dot_product_attention(Q, K, V), W_O)
+
+
+def hf_loop_float32_mask(X, W_Q, W_K, W_V, W_O):
+    T, d_k = X.shape[1], W_Q.shape[-1]
+    return sum(torch.softmax((X @ W_Q[n]) @ (X @ W_K[n]).mT / math.sqrt(d_k) + causal_mask(T), -1)
+               @ (X @ W_V[n]) @ W_O[n] for n in range(W_Q.shape[0]))
+
+
+def hf_scaled_by_chapter_width(X, W_Q, W_K, W_V, W_O):
+    h, d_model, _ = W_Q.shape
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    P = softmax(Q @ K.mT / math.sqrt(d_model // h) + causal_mask(X.shape[1], dtype=X.dtype))
+    return torch.einsum("bhtv,hvm->btm", P @ V, W_O)
+
+
+def hf_softmax_over_queries(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    Z = Q @ K.mT / math.sqrt(W_Q.shape[-1]) + causal_mask(X.shape[1], dtype=X.dtype)
+    return torch.einsum("bhtv,hvm->btm", torch.softmax(Z, dim=-2) @ V, W_O)
+
+
+HEADS_FIRST_WRONG = [
+    (hf_loop_unscaled, "no-scale"), (hf_tril_after_softmax, "mask-after-softmax"),
+    (hf_sdpa_merged_by_reshape, "merge-no-transpose"), (hf_loop_scaled_by_d_v, "scale-d_v"),
+    (hf_weights_reshaped, "fused-by-reshape"), (hf_mean_of_heads, "mean-heads"), (hf_sdpa_not_causal, "no-mask"),
+    (hf_loop_float32_mask, "float16"), (hf_scaled_by_chapter_width, "widths"),
+    (hf_softmax_over_queries, "softmax-over-queries"),
+]
+
+
+def test_heads_first_names_the_common_slips_written_from_the_text():
+    verdicts = [(check_heads_first(fn), label) for fn, label in HEADS_FIRST_WRONG]
+    assert not any(v.ok for v, _ in verdicts)
+    assert all(v.mistake == label for v, label in verdicts if label), [(v.mistake, l) for v, l in verdicts]
+    assert all(v.mistake in _GENERIC_LABELS for v, label in verdicts if not label), verdicts   # never misnamed
+    assert sum(bool(label) for _, label in verdicts) / len(verdicts) >= 0.85
 
 
 # ------------------------------------------------------------------------------------------ predict: parameters
@@ -309,6 +400,10 @@ def test_parameter_prediction():
     (3 * (96 * 128 + 128) + 128 * 96 + 96, "values-as-keys"), (2 * (96 * 128 + 128) + 96 * 192 + 192 + 96 * 96 + 96,
                                                                "output-square"),
     (2 * (96 * 16 + 16) + 96 * 24 + 24 + 24 * 96 + 96, "one-head"), (8 * WANT, "heads-twice"),
+    (WANT - 8 * 56 + 56, "biases-one-head"), (WANT - 96, "no-output-bias"),
+    (WANT - 96 + 8 * 96, "output-bias-per-head"),
+    (WANT - 8 * 24 * 96 + 24 * 96, "output-one-head"), (WANT - 8 * 24 * 96 - 96, "no-output"),
+    (4 * 96 * 96 + 8 * 56 + 96, "square-matrices"),
 ])
 def test_parameter_guesses_are_named(guess, label):
     v = check_attention_parameters(guess)
@@ -331,85 +426,114 @@ def test_a_parameter_verdict_says_which_side_and_never_the_formula():
 
 
 # ------------------------------------------------------------------------------------------ find the bug
-def qkv_fixed(X, W_QKV, W_O, h):
-    B, T, d_model = X.shape
-    d = d_model // h
-    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(2, 0, 3, 1, 4)
-    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
-    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
+def folded(fold, unfold):
+    """The exercise's function with its fold of (B, h) into B·h and its unfolding written as given."""
+    def fn(X, W_QKV, W_O, h):
+        B, T, d_model = X.shape
+        d = d_model // h
+        Q, K, V = (fold(t, B, T, h, d) for t in (X @ W_QKV).chunk(3, dim=-1))
+        P = torch.softmax(torch.bmm(Q, K.transpose(1, 2)) / math.sqrt(d) + causal_mask(T, dtype=X.dtype), dim=-1)
+        return unfold(torch.bmm(P, V), B, T, h, d).reshape(B, T, d_model) @ W_O
+    return fn
 
 
-def qkv_the_page_way(X, W_QKV, W_O, h):
+def fold_right(t, B, T, h, d):
+    return t.reshape(B, T, h, d).transpose(1, 2).reshape(B * h, T, d)
+
+
+def fold_heads_outer(t, B, T, h, d):
+    return t.reshape(B, T, h, d).permute(2, 0, 1, 3).reshape(h * B, T, d)
+
+
+def unfold_right(o, B, T, h, d):
+    return o.reshape(B, h, T, d).permute(0, 2, 1, 3)
+
+
+def unfold_as_given(o, B, T, h, d):
+    return o.reshape(h, B, T, d).permute(1, 2, 0, 3)
+
+
+def folded_per_sequence(X, W_QKV, W_O, h):
+    """Right on one sequence, so run one sequence at a time."""
+    return torch.cat([buggy_folded_attention(X[b:b + 1], W_QKV, W_O, h) for b in range(X.shape[0])])
+
+
+def folded_the_page_way(X, W_QKV, W_O, h):
     Q, K, V = (split_heads(t, h) for t in (X @ W_QKV).chunk(3, dim=-1))
     return merge_heads(attention(Q, K, V)) @ W_O
 
 
-def qkv_stale_permute(X, W_QKV, W_O, h):
-    B, T, d_model = X.shape
-    d = d_model // h
-    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).permute(3, 0, 2, 1, 4)
-    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
-    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
-
-
-def qkv_no_head_move(X, W_QKV, W_O, h):
-    B, T, d_model = X.shape
-    d = d_model // h
-    q, k, v = (X @ W_QKV).view(B, T, 3, h, d).unbind(dim=2)
-    Z = torch.einsum("bhid,bhjd->bhij", q, k) / d ** 0.5
-    P = Z.masked_fill(future(T), float("-inf")).softmax(dim=-1)
-    return torch.einsum("bhij,bhjd->bihd", P, v).reshape(B, T, d_model) @ W_O
-
-
-def qkv_merge_changed(X, W_QKV, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = (split_heads(t, h) for t in (X @ W_QKV).chunk(3, dim=-1))
-    return attention(Q, K, V).reshape(B, T, d_model) @ W_O
-
-
-def qkv_no_transpose(X, W_QKV, W_O, h):
-    B, T, d_model = X.shape
-    Q, K, V = (t.reshape(B, h, T, d_model // h) for t in (X @ W_QKV).chunk(3, dim=-1))
-    return merge_heads(attention(Q, K, V)) @ W_O
-
-
-@pytest.mark.parametrize("fn", [qkv_fixed, qkv_the_page_way])
-def test_fixed_qkv_attention_accepts_the_fix(fn):
-    assert_accepted(check_fixed_qkv_attention(fn))
-
-
-@pytest.mark.parametrize("fn, label", [
-    (buggy_qkv_attention, "unchanged"), (qkv_stale_permute, "stale-permute"), (qkv_no_head_move, "no-head-move"),
-    (qkv_merge_changed, "merge-changed"), (qkv_no_transpose, "no-transpose"), (stub, "stub"),
+@pytest.mark.parametrize("fn", [
+    folded(fold_right, unfold_right), folded(fold_heads_outer, unfold_as_given), folded_per_sequence,
+    folded_the_page_way, folded(fold_right, lambda o, B, T, h, d: o.unflatten(0, (B, h)).transpose(1, 2)),
+    multi_head_attention,
 ])
-def test_fixed_qkv_attention_mistakes_are_named(fn, label):
-    assert_named(check_fixed_qkv_attention(fn), label)
+def test_folded_heads_accepts_the_fix(fn):
+    assert_accepted(check_folded_heads(fn))
 
 
-def test_fixed_qkv_attention_compares_the_dtype():
-    assert_named(check_fixed_qkv_attention(lambda *a: qkv_fixed(*a).float()), "dtype", "float64")
+# Wrong answers written from the exercise text: what a learner who edits the given cell would write.
+FOLDED_WRONG = [
+    (folded(fold_right, unfold_as_given), "unchanged"),                                   # comments edited only
+    (folded(fold_right, lambda o, B, T, h, d: o.view(h, B, T, d).transpose(0, 1).transpose(1, 2)), "unchanged"),
+    (folded(fold_right, lambda o, B, T, h, d: o.reshape(B, h, T, d).permute(1, 2, 0, 3)), "stale-permute"),
+    (folded(fold_right, lambda o, B, T, h, d: o.reshape(B, h, T, d)), "merge-no-transpose"),
+    (folded(fold_right, lambda o, B, T, h, d: o.view(B, T, h, d)), "merge-no-transpose"),
+    (folded(fold_heads_outer, unfold_right), "both-swapped"),
+    (folded(lambda t, B, T, h, d: t.reshape(B * h, T, d), unfold_right), "fold-by-reshape"),
+    (folded(lambda t, B, T, h, d: t.reshape(B, T, h, d).transpose(1, 2).reshape(B * h, T, d),
+            lambda o, B, T, h, d: o.reshape(h, B, T, d).transpose(0, 1).transpose(1, 2)), "unchanged"),
+    (folded(fold_right, lambda o, B, T, h, d: o.reshape(B, h, T, d).permute(0, 2, 3, 1)), "merge-interleaved"),
+    (functools.partial(heads._folded_variant, scale="d_model"), "scale-d_model"),
+    (functools.partial(heads._folded_variant, unfold="h B", scale="d_model"), "scale-d_model"),
+]
 
 
-def test_fixed_qkv_attention_blames_a_mistake_only_when_it_matches_every_case():
-    def no_transpose_only_when_h_is_3(X, W_QKV, W_O, h):
-        return (qkv_no_transpose if h == 3 else qkv_fixed)(X, W_QKV, W_O, h)
+def test_realistic_wrong_fixes_are_rejected_and_mostly_named():
+    verdicts = [(check_folded_heads(fn), label) for fn, label in FOLDED_WRONG]
+    assert not any(v.ok for v, _ in verdicts)
+    assert all(v.mistake == label for v, label in verdicts if label), [(v.mistake, l) for v, l in verdicts]
+    assert all(v.mistake in _GENERIC_LABELS for v, label in verdicts if not label), verdicts   # never misnamed
+    assert sum(bool(label) for _, label in verdicts) / len(verdicts) >= 0.85
 
-    assert_not_named(check_fixed_qkv_attention(no_transpose_only_when_h_is_3), "no-transpose")
+
+def test_folded_heads_names_any_answer_right_on_one_sequence_only():
+    def mixes_sequences(X, W_QKV, W_O, h):
+        return folded_the_page_way(X.flip(0), W_QKV, W_O, h)       # each sequence gets another's output
+    assert_named(check_folded_heads(mixes_sequences), "sequences-mixed")
 
 
-def test_the_buggy_function_runs_silently_and_is_wrong():
-    for X, W_QKV, W_O, h in heads._qkv_cases():
-        out = buggy_qkv_attention(X, W_QKV, W_O, h)
-        assert out.shape == X.shape and not _close(out, qkv_the_page_way(X, W_QKV, W_O, h), 1e-3)
+@pytest.mark.parametrize("fn, label", [(buggy_folded_attention, "unchanged"), (stub, "stub")])
+def test_folded_heads_knows_the_given_function_and_the_stub(fn, label):
+    assert_named(check_folded_heads(fn), label)
+    assert check_folded_heads(buggy_folded_attention).message.startswith(AS_GIVEN)
+
+
+def test_folded_heads_compares_the_dtype():
+    assert_named(check_folded_heads(lambda *a: folded_the_page_way(*a).float()), "dtype", "float64")
+
+
+def test_the_buggy_function_is_right_on_one_sequence_and_wrong_on_a_batch():
+    for X, W_QKV, W_O, h in heads._folded_cases():
+        out, want = buggy_folded_attention(X, W_QKV, W_O, h), folded_the_page_way(X, W_QKV, W_O, h)
+        assert out.shape == X.shape and _close(out, want, 1e-5) == (X.shape[0] == 1)
+    assert {X.shape[0] for X, *_ in heads._folded_cases()} >= {1, 2, 3}
+
+
+def test_the_chapters_listing_is_its_step_and_equals_the_layer():
+    source = show_source(multi_head_attention).data
+    assert "@boundary" not in source and "require_" not in source and len(source.splitlines()) <= 15
+    mha = MultiHeadAttention(16, 4, bias=False, backend="plain")
+    X = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert _close(multi_head_attention(X, mha.W_QKV.weight.T, mha.W_O.weight.T, 4), mha(X), 1e-6)
 
 
 # ---- the tables of mistakes ---------------------------------------------------------------------------
 TABLES = [
     (check_split_heads, heads._split_cases, heads._split_reference),
     (check_heads_first, lambda: [c for g in heads._hf_cases() for c in g.cases], heads._heads_first_reference),
-    (check_fixed_qkv_attention, heads._qkv_cases, heads._qkv_reference),
+    (check_folded_heads, heads._folded_cases, multi_head_attention),
 ]
 
 
@@ -428,7 +552,7 @@ def differ(a, b) -> bool:
 
 @pytest.mark.parametrize("check, cases, reference", TABLES, ids=[t[0].__name__ for t in TABLES])
 def test_every_planted_mistake_is_named_as_itself_and_differs_from_the_others(check, cases, reference):
-    own = [m for m in check.mistakes if m not in _GENERAL and m.wrong is not None]
+    own = [m for m in check.mistakes if m not in _GENERAL and m.wrong is not None and m.where is None]
     for m in own:
         verdict = check(m.wrong)
         assert_named(verdict, m.label)
@@ -443,8 +567,8 @@ def test_the_variants_with_their_default_switches_are_the_references():
     for group in heads._hf_cases():
         for case in group.cases:
             assert _close(heads._hf_variant(*case), heads._heads_first_reference(*case), group.atol)
-    for case in heads._qkv_cases():
-        assert _close(heads._qkv_variant(*case), heads._qkv_reference(*case), 1e-5)
+    for case in heads._folded_cases():
+        assert _close(heads._folded_variant(*case), multi_head_attention(*case), 1e-5)
 
 
 def test_the_references_keep_the_inputs_dtype():
@@ -454,16 +578,18 @@ def test_the_references_keep_the_inputs_dtype():
         assert isinstance(group, Group)
         X = group.cases[0][0]
         assert heads._heads_first_reference(*group.cases[0]).dtype == X.dtype
-    for case in heads._qkv_cases():
-        assert heads._qkv_reference(*case).dtype == case[0].dtype
+    for case in heads._folded_cases():
+        assert multi_head_attention(*case).dtype == case[0].dtype
 
 
 def test_the_notebooks_buggy_function_is_the_librarys():
     nb = nbformat.read(BOOK / "06_multi_head.ipynb", as_version=4)
-    source = next(c.source for c in nb.cells if c.cell_type == "code"
-                  and c.source.startswith("def attention_from_W_QKV") and "solution" not in c.metadata.get("tags", []))
-    space = {"torch": torch, "math": math, "check_fixed_qkv_attention": lambda fn: None}
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "solution" not in c.metadata.get("tags", [])
+                  and c.source.startswith("def folded_heads_attention"))
+    space = {"torch": torch, "math": math, "causal_mask": causal_mask, "check_folded_heads": lambda fn: None}
     source = source.replace("    raise NotImplementedError  # delete this line once you have fixed the bug\n", "")
     exec(source, space)
-    for case in heads._qkv_cases():
-        assert torch.equal(space["attention_from_W_QKV"](*case), buggy_qkv_attention(*case))
+    for case in heads._folded_cases():
+        assert torch.equal(space["folded_heads_attention"](*case), buggy_folded_attention(*case))
+    verdict = check_folded_heads(space["folded_heads_attention"])                      # the page's copy
+    assert verdict.mistake == "unchanged" and verdict.message.startswith(AS_GIVEN), verdict

@@ -4,12 +4,16 @@ every case."""
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from attnlib import causal_mask
-from attnlib.checks import check_chunk_weights, check_packed_mask, check_padded_causal_weights, mask
+from attnlib import attention, causal_mask
+from attnlib.checks import check_chunk_weights, check_packed_mask, check_sealed_attention, mask
 from attnlib.checks._core import _close
 from helpers import (
     assert_accepted,
@@ -287,119 +291,136 @@ def test_the_chunk_reference_is_the_rows_of_full_causal_attention():
     torch.testing.assert_close(mask._chunk_reference(full[2:5], 2), P[2:5])
 
 
-# ---- check_padded_causal_weights: fn(Z, is_pad) -> P (B, T, T) in the dtype of Z ----------------------------------
+# ---- check_sealed_attention: fn(Q, K, V) -> out, row i as its prefix alone gives it ---------------------------------
 
-def allowed_of(Z, is_pad):
-    return lower(Z.shape[-1]) & ~is_pad[:, None, :]
-
-
-def padded_solution(Z, is_pad):
-    allowed = allowed_of(Z, is_pad)
-    P = torch.softmax(Z.masked_fill(~allowed, NEG_INF), dim=-1)
-    return P.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+def sealed_solution(Q, K, V):
+    T = Q.shape[-2]
+    future = ~lower(T)
+    P = torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(future, NEG_INF), dim=-1)
+    return (P[..., :, :, None] * V[..., None, :, :]).masked_fill(future[:, :, None], 0.0).sum(-2)
 
 
-def padded_solution_nan_to_num(Z, is_pad):
-    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), NEG_INF), dim=-1).nan_to_num(0.0)
+def sealed_by_prefixes(Q, K, V):   # the promise itself: one query and its prefix at a time
+    return torch.cat([attention(Q[..., i:i + 1, :], K[..., :i + 1, :], V[..., :i + 1, :])
+                      for i in range(Q.shape[-2])], dim=-2)
 
 
-def padded_solution_sdpa_style(Z, is_pad):  # additive masks in the scores' dtype, then empty rows zeroed
-    T = Z.shape[-1]
-    M = torch.zeros(T, T, dtype=Z.dtype).masked_fill(~lower(T), NEG_INF)
-    pad = torch.zeros(is_pad.shape, dtype=Z.dtype).masked_fill(is_pad, NEG_INF)[:, None, :]
-    P = torch.softmax(Z + M + pad, dim=-1)
-    return torch.where(P.isnan(), torch.zeros_like(P), P)
+def sealed_with_where(Q, K, V):    # the future values replaced by 0 for each row, then an einsum
+    T = Q.shape[-2]
+    P = torch.softmax((Q @ K.transpose(-2, -1) / Q.shape[-1] ** 0.5).masked_fill(~lower(T), NEG_INF), dim=-1)
+    Vs = torch.where(lower(T)[:, :, None], V[..., None, :, :], torch.zeros((), dtype=V.dtype))   # (..., T, T, d_v)
+    return torch.einsum("...ij,...ijd->...id", P, Vs)
 
 
-def padded_float32_masks(Z, is_pad):        # the same with float32 masks: float16 scores give float32 weights
-    T = Z.shape[-1]
-    M = torch.zeros(T, T).masked_fill(~lower(T), NEG_INF)
-    pad = torch.zeros(is_pad.shape).masked_fill(is_pad, NEG_INF)[:, None, :]
-    return torch.softmax(Z + M + pad, dim=-1).nan_to_num(0.0)
+# Wrong answers written from the exercise text (what a learner gets wrong), each with the mistake it makes.
+def sealed_sdpa(Q, K, V):                      # torch's head, as the chapter calls it
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
 
 
-def padded_nan_rows(Z, is_pad):
-    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), NEG_INF), dim=-1)
+def sealed_library(Q, K, V):                   # the library's head
+    return attention(Q, K, V)
 
 
-def padded_uniform_rows(Z, is_pad):
-    return torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), torch.finfo(Z.dtype).min), dim=-1)
+def sealed_fill_then_product(Q, K, V):          # the scores fixed, the values not
+    T = Q.shape[-2]
+    Z = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(~lower(T), NEG_INF)
+    return Z.softmax(-1) @ V
 
 
-def padded_queries(Z, is_pad):
-    allowed = lower(Z.shape[-1]) & ~is_pad[:, :, None]
-    return torch.softmax(Z.masked_fill(~allowed, NEG_INF), dim=-1).nan_to_num(0.0)
+def sealed_cleaned_like_the_page(Q, K, V):     # the page's fix of the data: zero what is not finite
+    return sealed_solution(Q.nan_to_num(0.0, 0.0, 0.0), K.nan_to_num(0.0, 0.0, 0.0), V.nan_to_num(0.0, 0.0, 0.0))
 
 
-def padded_causal_only(Z, is_pad):
-    return torch.softmax(Z.masked_fill(~lower(Z.shape[-1]), NEG_INF), dim=-1)
+def sealed_values_cleaned(Q, K, V):
+    return sealed_solution(Q, K, V.masked_fill(~V.isfinite(), 0.0))
 
 
-def padded_padding_only(Z, is_pad):
-    P = torch.softmax(Z.masked_fill(is_pad[:, None, :], NEG_INF), dim=-1)
-    return P.nan_to_num(0.0)
+def sealed_output_nan_to_num(Q, K, V):
+    return sealed_fill_then_product(Q, K, V).nan_to_num(0.0)
 
 
-def padded_inverted(Z, is_pad):
-    return padded_solution(Z, ~is_pad)
+def sealed_additive_then_sealed(Q, K, V):      # an added mask, the values kept out
+    T = Q.shape[-2]
+    M = torch.zeros(T, T, dtype=Q.dtype).masked_fill(~lower(T), NEG_INF)
+    P = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]) + M, dim=-1)
+    return (P[..., :, :, None] * V[..., None, :, :]).masked_fill(~lower(T)[:, :, None], 0.0).sum(-2)
 
 
-def padded_inverted_nan(Z, is_pad):
-    return padded_nan_rows(Z, ~is_pad)
+def sealed_scaled_by_T(Q, K, V):
+    T = Q.shape[-2]
+    P = torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(T)).masked_fill(~lower(T), NEG_INF), dim=-1)
+    return (P[..., :, :, None] * V[..., None, :, :]).masked_fill(~lower(T)[:, :, None], 0.0).sum(-2)
 
 
-def padded_zeroed_after(Z, is_pad):
-    P = torch.softmax(Z.masked_fill(~lower(Z.shape[-1]), NEG_INF), dim=-1)
-    return P.masked_fill(is_pad[:, None, :], 0.0)
+def sealed_scaled_by_T_and_product(Q, K, V):   # two slips: the scale shows on the clean inputs
+    T = Q.shape[-2]
+    return torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(T)).masked_fill(~lower(T), NEG_INF), -1) @ V
 
 
-def padded_fill_in_place(Z, is_pad):
-    Z.masked_fill_(~allowed_of(Z, is_pad), NEG_INF)
-    return torch.softmax(Z, dim=-1).nan_to_num(0.0)
+def sealed_unscaled(Q, K, V):
+    return sealed_solution(Q * math.sqrt(Q.shape[-1]), K, V)
 
 
-def padded_fill_minus_1e9(Z, is_pad):
-    P = torch.softmax(Z.masked_fill(~allowed_of(Z, is_pad), -1e9), dim=-1)
-    return P.masked_fill(~allowed_of(Z, is_pad).any(-1, keepdim=True), 0.0)
+def sealed_mask_after_softmax(Q, K, V):
+    T = Q.shape[-2]
+    return (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).softmax(-1).masked_fill(~lower(T), 0.0) @ V
 
 
-@pytest.mark.parametrize("fn", [padded_solution, padded_solution_nan_to_num, padded_solution_sdpa_style])
-def test_padded_causal_solutions_pass(fn):
-    assert_accepted(check_padded_causal_weights(fn))
+def sealed_strict_triangle(Q, K, V):           # triu(0): the diagonal blocked too
+    T = Q.shape[-2]
+    blocked = torch.ones(T, T, dtype=torch.bool).triu(0)
+    P = torch.softmax((Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(blocked, NEG_INF), dim=-1)
+    return (P[..., :, :, None] * V[..., None, :, :]).masked_fill(blocked[:, :, None], 0.0).sum(-2)
 
 
-@pytest.mark.parametrize("fn, label", [
-    (padded_nan_rows, "nan-rows"),
-    (padded_uniform_rows, "uniform-rows"),
-    (padded_queries, "padded-queries"),
-    (padded_causal_only, "no-padding"),
-    (padded_padding_only, "no-causal"),
-    (padded_inverted, "inverted-padding"),
-    (padded_inverted_nan, "inverted-padding"),
-    (padded_zeroed_after, "after-softmax"),
-    (padded_fill_minus_1e9, "finite"),
-    (stub, "stub"),
-])
-def test_padded_causal_mistakes_are_named(fn, label):
-    assert_named(check_padded_causal_weights(fn), label)
+def sealed_no_mask(Q, K, V):
+    return (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).softmax(-1) @ V
 
 
-def test_padded_weights_from_float32_masks_on_float16_scores_are_named_upcast():
-    assert_named(check_padded_causal_weights(padded_float32_masks), "upcast", "torch.float32")
+def sealed_fills_K_in_place(Q, K, V):
+    K.nan_to_num_(0.0)
+    return sealed_solution(Q, K, V)
 
 
-def test_padded_weights_that_fill_the_scores_in_place_are_named():
-    assert_named(check_padded_causal_weights(padded_fill_in_place), "in-place", "Z")
+SEALED_WRONG = [
+    (sealed_sdpa, "as-on-the-page"), (sealed_library, "as-on-the-page"),
+    (sealed_fill_then_product, "zero-times-nan"), (sealed_cleaned_like_the_page, None),
+    (sealed_values_cleaned, "cleaned-values"), (sealed_output_nan_to_num, "nan-hidden"),
+    (sealed_additive_then_sealed, "additive-mask"), (sealed_scaled_by_T, "scale-T"),
+    (sealed_scaled_by_T_and_product, "scale-T"), (sealed_unscaled, "no-scale"),
+    (sealed_mask_after_softmax, "mask-after-softmax"), (sealed_strict_triangle, "diagonal-blocked"),
+    (sealed_no_mask, "no-mask"), (sealed_fills_K_in_place, "in-place"),
+]
 
 
-def test_the_padding_cases_include_a_query_with_nothing_to_read_and_float16():
-    for Z, is_pad in mask._padded_cases()[:1] + mask._padded_half_cases():
-        empty = ~allowed_of(Z, is_pad).any(-1)
-        assert empty.any(), "no left-padded sequence: the NaN-row mistake would pass"
-    Z, is_pad = mask._padded_cases()[0]
-    assert (~is_pad).all(-1).any(), "no unpadded sequence in the batch"
-    for Z, is_pad in mask._padded_cases() + mask._padded_half_cases():
-        assert mask._padded_reference(Z, is_pad).dtype == Z.dtype
+@pytest.mark.parametrize("fn", [sealed_solution, sealed_by_prefixes, sealed_with_where])
+def test_sealed_attention_solutions_pass(fn):
+    assert_accepted(check_sealed_attention(fn))
+
+
+def test_sealed_attention_wrong_answers_from_the_text_are_named():
+    assert_wrong_answers(check_sealed_attention, SEALED_WRONG)
+
+
+def test_the_sealed_cases_hold_nan_and_inf_in_keys_and_values_a_clean_case_and_float64():
+    cases = mask._sealed_cases()
+    bad = [(~K.isfinite()).any() for _, K, _ in cases], [(~V.isfinite()).any() for *_, V in cases]
+    assert any(bad[0]) and any(bad[1]) and not all(bad[0])
+    assert any(Q.dtype == torch.float64 for Q, *_ in cases)
+    assert any(K.shape[-1] != V.shape[-1] != K.shape[-2] for _, K, V in cases)
+
+
+def assert_wrong_answers(check, answers, share=0.85):
+    """Wrong answers (functions, or predicted numbers) written from an exercise's text: none accepted, none named
+    as a mistake it does not make (label None: any specific verdict is fine), and at least ``share`` named."""
+    generic = {"values", "shape", "type", "length", "error"}
+    verdicts = [(i, label, check(answer)) for i, (answer, label) in enumerate(answers)]
+    assert not [n for n, _, v in verdicts if v.ok], "accepted"
+    misnamed = [(n, label, v.mistake) for n, label, v in verdicts
+                if label is not None and v.mistake not in generic and v.mistake != label]
+    assert not misnamed, misnamed
+    named_ = sum(v.mistake not in generic for _, _, v in verdicts)
+    assert named_ >= share * len(verdicts), [(n, v.mistake) for n, _, v in verdicts]
 
 
 # ---- every checker of the chapter ---------------------------------------------------------------------------------
@@ -407,22 +428,28 @@ def test_the_padding_cases_include_a_query_with_nothing_to_read_and_float16():
 CHECKERS = [
     (check_packed_mask, mask._PACKED_MISTAKES, mask._packed_cases(), mask._packed_reference),
     (check_chunk_weights, mask._CHUNK_MISTAKES, mask._chunk_cases(), mask._chunk_reference),
-    (check_padded_causal_weights, mask._PADDED_MISTAKES, mask._padded_cases(), mask._padded_reference),
+    (check_sealed_attention, mask._SEALED_MISTAKES + mask._HEAD_SLIPS, mask._sealed_cases(), mask._sealed_reference),
 ]
 
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
     for check, mistakes, cases, reference in CHECKERS:
         assert_each_mistake_named(check, mistakes)
-        # the batch of packed rows tells the two forms of the causal-only mask apart, one row does not
-        assert_mistakes_distinct(cases[1 if check is check_packed_mask else 0], reference, mistakes)
+        # the batch of packed rows tells the two forms of the causal-only mask apart, one row does not; a mistake
+        # whose empty rows are zeroed differs from its twin only on a case that has an empty row or column
+        emptied = [m for m in mistakes if getattr(m.wrong, "keywords", {}).get("emptied")]
+        plain = [m for m in mistakes if m not in emptied]
+        assert_mistakes_distinct(cases[1 if check is check_packed_mask else 0], reference, plain)
+        for m in emptied:
+            twin = functools.partial(m.wrong.func, **{**m.wrong.keywords, "emptied": False})
+            assert all(any(not _close(m.wrong(*c), f(*c), 1e-5) for c in cases) for f in (reference, twin))
         assert set(mistakes) <= set(check.mistakes), "every mistake the checker can name is registered"
 
 
 def test_the_diagnosed_mistakes_are_registered():
     labels = {c.__name__: {m.label for m in c.mistakes} for c, *_ in CHECKERS}
     assert {"not-boolean", "batch-axes"} <= labels["check_packed_mask"]
-    assert {"upcast", "finite"} <= labels["check_chunk_weights"] & labels["check_padded_causal_weights"]
+    assert {"upcast", "finite"} <= labels["check_chunk_weights"]
 
 
 def test_each_planted_function_with_no_switch_is_the_answer():
@@ -431,8 +458,7 @@ def test_each_planted_function_with_no_switch_is_the_answer():
         (mask._planted_packed, mask._packed_cases(), packed_solution, 0.0),
         (mask._planted_chunk, mask._chunk_cases(), chunk_solution, 1e-5),
         (mask._planted_chunk, mask._chunk_half_cases(), chunk_solution, 3e-3),
-        (mask._planted_padded, mask._padded_cases(), padded_solution, 1e-5),
-        (mask._planted_padded, mask._padded_half_cases(), padded_solution, 3e-3),
+        (mask._planted_sealed, mask._sealed_cases(), sealed_by_prefixes, 1e-5),
     ]:
         for case in cases:
             assert _close(wrong(*case), reference(*case), atol), wrong.__name__
@@ -456,7 +482,60 @@ def test_the_second_hint_level_says_more_and_the_first_points_to_it():
 @pytest.mark.parametrize("check, solutions", [
     (check_packed_mask, [packed_solution, packed_solution_with_positions]),
     (check_chunk_weights, [chunk_solution, chunk_solution_additive]),
-    (check_padded_causal_weights, [padded_solution, padded_solution_sdpa_style]),
+    (check_sealed_attention, [sealed_solution, sealed_by_prefixes, sealed_with_where]),
 ])
 def test_no_first_level_hint_holds_the_code_of_another_solution(check, solutions):
     assert_no_hint_quotes(check, solutions)
+
+
+# ---- wrong answers written from the texts of the packed-documents and chunk exercises ------------------------------
+
+def _same_doc(d):
+    return d[..., :, None] == d[..., None, :]
+
+
+PACKED_FROM_TEXT = [
+    (lambda d: _same_doc(d) & lower(d.shape[-1]).T, "wrong-triangle"),                      # triu: the future
+    (lambda d: _same_doc(d) & lower(d.shape[-1], -1), "diagonal-blocked"),                   # "earlier" read as j < i
+    (lambda d: ~(_same_doc(d) & lower(d.shape[-1])), "blocked-convention"),
+    (lambda d: _same_doc(d), "documents-only"),
+    (lambda d: lower(d.shape[-1]).expand(*d.shape, d.shape[-1]), "causal-only"),
+    (lambda d: (_same_doc(d) & lower(d.shape[-1])).float(), "not-boolean"),
+    (lambda d: (d[:, None] == d[None, :]) & lower(d.shape[-1]), None),                     # one row only
+    (lambda d: torch.zeros(d.shape + d.shape[-1:]).masked_fill(~(_same_doc(d) & lower(d.shape[-1])), NEG_INF),
+     "additive"),
+]
+
+
+def chunk_future(Z, start, first=None):
+    T_q, T_k = Z.shape[-2:]
+    first = start if first is None else first
+    return torch.arange(T_k)[None, :] > torch.arange(first, first + T_q)[:, None]
+
+
+CHUNK_FROM_TEXT = [
+    (lambda Z, s: Z.masked_fill(~causal_mask(Z.shape[-2], Z.shape[-1], dtype=torch.bool), NEG_INF).softmax(-1),
+     "last-chunk"),                                                                          # the library's mask
+    (lambda Z, s: Z.masked_fill(chunk_future(Z, s, 0), NEG_INF).softmax(-1), "row-is-position"),
+    (lambda Z, s: Z.masked_fill(chunk_future(Z, s, s - 1), NEG_INF).softmax(-1), "self-blocked"),   # j >= start + i
+    (lambda Z, s: Z.masked_fill(chunk_future(Z, s, s + 1), NEG_INF).softmax(-1), "reads-next"),
+    (lambda Z, s: Z.softmax(-1).masked_fill(chunk_future(Z, s), 0.0), "after-softmax"),
+    (lambda Z, s: Z.masked_fill(chunk_future(Z, s), NEG_INF).softmax(-2), "wrong-axis"),
+    (lambda Z, s: (Z * ~chunk_future(Z, s)).softmax(-1), "multiplied"),
+    (lambda Z, s: Z.masked_fill(chunk_future(Z, s), -1e9).softmax(-1), "finite"),
+    (lambda Z, s: (Z + torch.zeros(Z.shape[-2:]).masked_fill(chunk_future(Z, s), NEG_INF)).softmax(-1), "upcast"),
+]
+
+
+@pytest.mark.parametrize("check, answers", [(check_packed_mask, PACKED_FROM_TEXT),
+                                            (check_chunk_weights, CHUNK_FROM_TEXT)])
+def test_wrong_answers_from_the_exercise_texts_are_named(check, answers):
+    assert_wrong_answers(check, answers)
+
+
+def test_a_float32_round_trip_is_named_where_some_rows_are_nan_too():
+    """The float64 case plants a NaN: its broken rows must not hide that the other rows hold float32 numbers."""
+    def sealed_in_float32(Q, K, V):
+        return sealed_by_prefixes(Q.float(), K.float(), V.float()).to(Q.dtype)
+
+    assert check_sealed_attention(sealed_in_float32).mistake == "precision"

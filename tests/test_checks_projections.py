@@ -323,12 +323,15 @@ def test_each_planted_mistake_is_named_at_both_hint_levels(check, m):
 
 
 def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
-    # the (3, d_k) view unbound on the wrong axis raises for d_k ≠ 3: compare the others on case 0;
+    # the (3, d_k) view unbound on the wrong axis and pieces of 3 raise for d_k ≠ 3: compare the others on case 0;
+    # the axis swapped with axis 0 is right without a batch axis: compare it on case 1, which has one;
     # equal pieces and halves are right when d_v ≤ d_k: compare on case 0, where d_v > d_k
-    fused = [m for m in P._FUSED_MISTAKES if m.label != "unbind-last"]
-    assert_mistakes_distinct(P._fused_cases()[0], P._fused_reference, fused)
+    fused = [m for m in P._FUSED_MISTAKES if m.label not in ("unbind-last", "split-count", "batch-axis")]
+    assert_mistakes_distinct(P._fused_cases()[0], P._planted_split, fused)
+    assert_mistakes_distinct(P._fused_cases()[1], P._planted_split,
+                             [m for m in P._FUSED_MISTAKES if m.label in ("unchanged", "batch-axis")])
     cross = [m for m in P._CROSS_MISTAKES if m.label != "equal-pieces"]
-    assert_mistakes_distinct(P._cross_cases()[0], P._cross_reference, cross)
+    assert_mistakes_distinct(P._cross_cases()[0], P._planted_cross, cross)
 
 
 def test_each_planted_function_with_no_switch_is_the_answer():
@@ -346,6 +349,79 @@ def test_every_mistake_has_a_second_hint_and_is_registered():
         assert set(table) <= set(check.mistakes), check.__name__
     assert {m.label for m in check_load_projections.mistakes} >= {
         "not-a-module", "module-dtype", "shared-checkpoint", "no-transpose", "bias", "output"}
+
+
+# ---- wrong answers written from the exercise texts -------------------------------------------------------------
+
+def fused_dealt_by_transpose(X, W_QKV, d_k):
+    QKV = X @ W_QKV
+    return QKV.view(*QKV.shape[:-1], d_k, 3).transpose(-1, -2).unbind(-2)
+
+
+def fused_dealt_by_mT(X, W_QKV, d_k):
+    QKV = X @ W_QKV
+    Q, K, V = QKV.reshape(*QKV.shape[:-1], d_k, 3).mT.unbind(-2)
+    return Q, K, V
+
+
+FUSED_FROM_TEXT = [
+    (fused_as_given, "unchanged"), (fused_dealt_by_transpose, "unchanged"), (fused_dealt_by_mT, "unchanged"),
+    (lambda X, W, d_k: tuple((X @ W).split(3, dim=-1)), "split-count"),
+    (lambda X, W, d_k: (X @ W).view(*X.shape[:-1], 3, d_k).unbind(-1), "unbind-last"),
+    (lambda X, W, d_k: (X @ W).reshape(3, *X.shape[:-1], d_k).unbind(0), "reshape-front"),
+    (lambda X, W, d_k: (X @ W).chunk(3, dim=-2), "rows"),
+    (lambda X, W, d_k: (X @ W).split(d_k, dim=-1)[::-1], "reversed"),
+    (lambda X, W, d_k: (lambda Q, K, V: (K, Q, V))(*(X @ W).split(d_k, -1)), "order"),
+    (lambda X, W, d_k: (lambda Q, K, V: (Q, V, K))(*(X @ W).split(d_k, -1)), "kv-swapped"),
+    (lambda X, W, d_k: tuple((X.float() @ W.float()).to(X.dtype).split(d_k, -1)), "precision"),
+]
+
+CROSS_FROM_TEXT = [
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(X @ W_KV).split([d_k, W_KV.shape[-1] - d_k], -1)), "kv-from-queries"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (Xkv @ W_Q, *(Xkv @ W_KV).split([d_k, W_KV.shape[-1] - d_k], -1)),
+     "q-from-other"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(Xkv @ W_KV).chunk(2, -1)), "halves"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(Xkv @ W_KV).split([d_k, d_k], -1)), "equal-pieces"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, (Xkv @ W_KV)[..., -d_k:], (Xkv @ W_KV)[..., :-d_k]), "k-from-the-end"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, (Xkv @ W_KV)[..., d_k:], (Xkv @ W_KV)[..., :d_k]), "order"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(Xkv @ W_KV).split(d_k, -1)), "equal-pieces"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, (Xkv @ W_KV)[..., :d_k], (Xkv @ W_KV)[..., :W_KV.shape[-1] - d_k]),
+     "v-from-start"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: ((X.float() @ W_Q.float()).to(X.dtype),
+                                     *(Xkv @ W_KV).split([d_k, W_KV.shape[-1] - d_k], -1)), "precision"),
+]
+
+
+def load_shared(ckpt):
+    proj = Projections(*_sizes(ckpt), bias=True).to(ckpt["W_Q"].dtype)
+    for name, layer in [("Q", proj.q), ("K", proj.k), ("V", proj.v)]:
+        layer.weight, layer.bias = nn.Parameter(ckpt[f"W_{name}"].T), nn.Parameter(ckpt[f"b_{name}"])
+    return proj
+
+
+LOAD_FROM_TEXT = [
+    (lambda c: load(c, dtype=False), "module-dtype"), (lambda c: load(c, transpose=False), "no-transpose"),
+    (lambda c: load(c, bias=False), "bias"), (load_shared, "shared-checkpoint"),
+    (lambda c: {k: v.clone() for k, v in c.items()}, "not-a-module"),
+    (lambda c: load(c, dtype=False).to(c["W_Q"].dtype), "precision"),
+    (lambda c: Projections(c["W_Q"].shape[0], c["W_Q"].shape[1], bias=True).to(c["W_Q"].dtype), None),
+]
+
+
+@pytest.mark.parametrize("check, answers", [(check_split_fused, FUSED_FROM_TEXT), (check_cross_qkv, CROSS_FROM_TEXT),
+                                            (check_load_projections, LOAD_FROM_TEXT)])
+def test_wrong_answers_from_the_exercise_texts_are_named(check, answers):
+    from test_checks_mask import assert_wrong_answers
+
+    assert_wrong_answers(check, answers)
+
+
+def test_wrong_predictions_from_the_text_are_named():
+    from test_checks_mask import assert_wrong_answers
+
+    guesses = [3 * (768 * 64 + 64), 3 * 768 * 768, 12 * 3 * (768 * 768 + 768), 4 * (768 * 768 + 768), 768 * 768 + 768,
+               3 * 768 * 64]
+    assert_wrong_answers(check_qkv_params, [(g, None) for g in guesses])
 
 
 # ---- predict: the parameters of GPT-2 small's Q, K, V projections in one layer ----------------------------------

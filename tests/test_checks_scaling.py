@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from attnlib.checks import check_head_scores, check_scaled_scores, check_scaled_variance
+from attnlib.checks import check_head_scores, check_scaled_scores, check_unit_length_scores
 from attnlib.checks import scaling as S
 from helpers import (
     assert_accepted,
@@ -218,13 +218,19 @@ def test_the_bug_hunt_cases_have_d_k_apart_from_d_model_and_t():
 # ---- every function checker of the chapter -----------------------------------------------------------------------
 
 
+# Mistakes that agree with the answer (or with another mistake) on the first case by design: a scale by √B, √T_q or
+# √T_k and a reshape on the square case, a transpose of the first two axes on one sequence. A later case tells them.
+LATER = {"reshape", "sqrt-B", "sqrt-T_q", "sqrt-T_k", "first-two-axes"}
+
+
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    for check, cases, reference, mistakes in [
-        (check_scaled_scores, S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES),
-        (check_head_scores, S._head_cases(), S._head_reference, S._HEAD_MISTAKES),
+    for check, cases, reference, mistakes, later in [
+        (check_scaled_scores, S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES, 2),
+        (check_head_scores, S._head_cases(), S._head_reference, S._HEAD_MISTAKES, 1),
     ]:
         assert_each_mistake_named(check, mistakes)
-        assert_mistakes_distinct(cases[0], reference, mistakes)
+        assert_mistakes_distinct(cases[0], reference, [m for m in mistakes if m.label not in LATER])
+        assert_mistakes_distinct(cases[later], reference, [m for m in mistakes if m.label in LATER])
         assert set(mistakes) <= set(check.mistakes), "every mistake the checker can name is registered"
 
 
@@ -260,52 +266,68 @@ def test_no_first_level_hint_holds_the_code_of_another_solution(check, solutions
     assert_no_hint_quotes(check, solutions)
 
 
-# ---- predict: the variance of the scaled score when q and k have components of variance 4 ------------------------
+# ---- predict: the spread of Z when every query and key has length 1 -----------------------------------------------
 
-def test_scaled_variance_stub_right_number_and_each_typical_guess():
-    assert_named(check_scaled_variance(...), "stub")
-    assert_named(check_scaled_variance(None), "stub")
-    sigma2, d_k = 4, 64
-    assert_accepted(check_scaled_variance(sigma2 * sigma2))
-    assert_accepted(check_scaled_variance(15.5))
-    guesses = {
-        "scaling-fixes-it": 1,
-        "std-not-variance": 2,
-        "one-factor": sigma2,
-        "added": sigma2 + sigma2,
-        "one-factor-divided-by-sqrt": sigma2 * math.sqrt(d_k),
-        "divided-by-sqrt": sigma2 * sigma2 * math.sqrt(d_k),
-        "one-factor-unscaled": sigma2 * d_k,
-        "unscaled": sigma2 * sigma2 * d_k,
-    }
-    for label, value in guesses.items():
-        v = check_scaled_variance(value)
-        assert_named(v, label)
-        side = "too high" if value > 16 else "too low"
-        assert v.message.startswith(side), (label, v)
-    assert {g.label for g in S._GUESSES} == set(guesses)
-    assert_named(check_scaled_variance(40), "values", "too high")
-    assert_named(check_scaled_variance([16]), "type")
-
-
-def test_no_first_level_guess_hint_gives_the_method():
-    """A wrong prediction is told its side and which part of the count is off, never how to count."""
+def test_unit_length_stub_right_number_and_each_typical_guess():
+    assert_named(check_unit_length_scores(...), "stub")
+    assert_named(check_unit_length_scores(None), "stub")
+    assert_accepted(check_unit_length_scores(1 / 64))
+    assert_accepted(check_unit_length_scores(0.016))
     for g in S._GUESSES:
-        for method in ("σ² · σ²", "σ⁴", "(√d_k)²", "= d_k", "divides its variance", "var(", "product of the"):
+        v = check_unit_length_scores(g.value)
+        assert_named(v, g.label)
+        assert v.message.startswith("too high" if g.value > 1 / 64 else "too low"), (g.label, v)
+    values = sorted(g.value for g in S._GUESSES) + [1 / 64]
+    assert all(b > 1.2 * a for a, b in zip(sorted(values), sorted(values)[1:])), "every guess apart"
+    assert_named(check_unit_length_scores(0.5), "values", "too high")
+    assert_named(check_unit_length_scores([1 / 64]), "type")
+
+
+# Wrong predictions written from the exercise's text, as a learner would compute them, with the verdict each must
+# get ("values" where no typical slip fits: told its side, never a wrong name).
+WRONG_PREDICTIONS = {
+    "the division always gives spread 1": (1.0, "scaling-fixes-it"),
+    "std of q·k, forgot to divide": (1 / math.sqrt(64), "unscaled"),
+    "gave the variance 1/d_k²": (64 ** -2, "variance"),
+    "divided the std by d_k": (math.sqrt(1 / 64) / 64, "divided-by-d_k"),
+    "divided the variance by √d_k": (math.sqrt((1 / 64) / math.sqrt(64)), "variance-divided-by-sqrt"),
+    "length 1 over d_model components": (math.sqrt(1 / 128) / math.sqrt(128), "width-d_model"),
+    "divided by √d_model": (math.sqrt(1 / 64) / math.sqrt(128), "sqrt-d_model"),
+    "divided by √T": (math.sqrt(1 / 64) / math.sqrt(32), "sqrt-T"),
+    "divided by √B": (math.sqrt(1 / 64) / math.sqrt(4), "sqrt-B"),
+    "one term's spread, divided by √d_k": (math.sqrt(64 ** -2) / 8, "divided-by-d_k"),
+    "the spread of a softmax weight, 1/T": (1 / 32, "values"),
+    "unit-variance components, no division: √d_k": (math.sqrt(64), "unit-variance"),
+    "random directions are orthogonal: 0": (0, "orthogonal"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_PREDICTIONS)
+def test_wrong_predictions_from_the_text_are_rejected_and_named_or_told_their_side(name):
+    value, label = WRONG_PREDICTIONS[name]
+    assert_named(check_unit_length_scores(value), label)
+
+
+def test_most_wrong_predictions_are_named():
+    named = [label for _, label in WRONG_PREDICTIONS.values() if label != "values"]
+    assert len(named) >= 0.85 * len(WRONG_PREDICTIONS)
+
+
+def test_no_first_level_guess_hint_gives_the_method_or_the_answer():
+    for g in S._GUESSES:
+        for method in ("1/d_k", "1/64", "0.0156", "divides their variance", "square root of"):
             assert method not in g.hint, (g.label, method)
-        assert "16" not in g.hint, (g.label, "the answer")
 
 
-def test_scaled_variance_is_measured_and_reported():
-    measured = S._measured_scaled_variance(**S._VARIANCE)
-    assert abs(measured - 16) < 0.8, measured
-    assert S._measured_scaled_variance(1.0, 64, 20_000) == pytest.approx(1.0, rel=0.05)
-    assert f"measured {measured:.4g}" in check_scaled_variance(16).message
+def test_unit_length_std_is_measured_and_reported():
+    measured = S._measured_unit_length_std(**S._UNIT)
+    assert abs(measured - 1 / 64) < 0.02 / 64, measured
+    assert f"measured {measured:.4g}" in check_unit_length_scores(1 / 64).message
 
 
-def test_scaled_variance_leaves_the_global_random_state_alone():
+def test_unit_length_check_leaves_the_global_random_state_alone():
     torch.manual_seed(0)
     want = torch.rand(2)
     torch.manual_seed(0)
-    check_scaled_variance(16)
+    check_unit_length_scores(1 / 64)
     assert torch.equal(torch.rand(2), want)

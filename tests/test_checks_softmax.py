@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlib.checks import check_attention_output, check_fixed_head, check_log_softmax, check_softmax_jacobian
+from attnlib.checks import check_fixed_head, check_log_softmax, check_temperature, check_top_k_attention
 from attnlib.checks import softmax as chapter
 from attnlib.checks._core import AS_GIVEN, MORE, SAME_AS_GIVEN, _close
 from helpers import assert_accepted, assert_named, stub
@@ -22,12 +22,12 @@ from helpers import assert_accepted, assert_named, stub
 CHECKERS = [
     (check_log_softmax, chapter._LOG_SOFTMAX_MISTAKES, chapter._log_softmax_groups,
      chapter._log_softmax_reference),
-    (check_attention_output, chapter._SEQ_FIRST_MISTAKES, chapter._seq_first_groups, chapter._seq_first_reference),
-    (check_softmax_jacobian, chapter._JACOBIAN_MISTAKES, chapter._jacobian_groups, chapter._jacobian_reference),
+    (check_top_k_attention, chapter._TOP_K_MISTAKES, chapter._top_k_groups, chapter._top_k_reference),
     (check_fixed_head, chapter._FIXED_HEAD_MISTAKES, chapter._head_groups,
      lambda Q, K, V: chapter.attention(Q, K, V)),
 ]
 NAMES = [c[0].__name__ for c in CHECKERS]
+GENERIC = {"values", "shape", "type", "length", "error"}   # verdicts that name no mistake
 
 
 # ---- check_log_softmax: fn(z) -> log softmax along the last axis, in z's dtype --------------------------
@@ -167,8 +167,8 @@ def test_log_softmax_that_changes_its_scores_in_place_is_told_so(fn):
 ])
 def test_log_softmax_in_another_dtype_is_told_so(fn, want, got):
     v = check_log_softmax(fn)
-    assert_named(v, "dtype", f"for {want} scores your answer comes back as {got}")
-    assert_named(check_log_softmax(fn, hint=2), "dtype", "undone before returning")
+    assert_named(v, "dtype", f"right values but dtype torch.{got}, expected torch.{want}")
+    assert_named(check_log_softmax(fn, hint=2), "dtype", "give back the dtype that came in")
 
 
 def test_the_log_softmax_cases_hold_each_trap_in_each_dtype():
@@ -185,282 +185,257 @@ def test_the_log_softmax_cases_hold_each_trap_in_each_dtype():
         assert any(not log_softmax_log_of_weights(z).isfinite().all() for z in zs), dtype
 
 
-# ---- check_attention_output: one head in the (T, B, d) layout ---------------------------------------------
+# ---- check_temperature: a predicted τ for a two-to-one split of ' cat' and ' chase' -------------------------
+
+def test_the_measured_temperature_gives_a_ratio_of_two():
+    tau = chapter._measured_temperature()
+    p = torch.softmax(torch.tensor([5.2, 0.3, 2.1], dtype=torch.float64) / tau, dim=-1)
+    assert abs(p[0] / p[2] - 2) < 1e-9
+    assert abs(tau - 3.1 / math.log(2)) < 1e-9
+
+
+@pytest.mark.parametrize("value", [3.1 / math.log(2), 4.47, 4.5, 4.4, 3.1 / 0.693, torch.tensor(4.47)])
+def test_temperature_predictions_close_to_the_measured_one_pass(value):
+    assert_accepted(check_temperature(value))
+
+
+# Wrong predictions written from the exercise text, each with the reasoning behind it.
+WRONG_TEMPERATURES = [
+    (3.1 / 2, "linear"),                           # ratio = gap / τ
+    (2.0, "ratio-as-tau"),                         # "twice the weight": τ = 2
+    (3.1 * math.log(2), "times-log"),              # solved gap / τ = ln 2 the wrong way
+    (math.log(2) / 3.1, "inverted"),               # softmax(z · τ)
+    (3.1, "gap-itself"),                           # τ = the gap
+    (4.0, "read-table"),                           # the nearest row of the page's table
+    ((5.2 - 0.3) / math.log(2), "wrong-pair"),     # ' cat' against ' the'
+    (5.2 / math.log(2), "one-score"),              # e^(5.2 / τ) = 2
+    (5.2 * math.sqrt(3) / math.log(2) - 2.1 * math.sqrt(3) / math.log(2), "raw-scores"),   # QKᵀ, not QKᵀ/√d_k
+    (3.1 / math.log10(2), "log10"),                # log base 10
+    (-3.1 / math.log(2), "sign"),                  # ln(1/2): ' chase' twice ' cat'
+    (3.2 / math.log(2), None),                     # 5.2 − 2.1 taken as 3.2: an arithmetic slip
+]
+
+
+@pytest.mark.parametrize("value, label", WRONG_TEMPERATURES)
+def test_wrong_temperatures_are_rejected_and_named_or_left_generic(value, label):
+    v = check_temperature(value)
+    assert not v.ok, v
+    assert v.mistake == (label or "values"), (value, v)
+
+
+def test_most_wrong_temperatures_are_named():
+    named = [label for _, label in WRONG_TEMPERATURES if label]
+    assert len(WRONG_TEMPERATURES) >= 5 and len(named) >= 0.85 * len(WRONG_TEMPERATURES)
+
+
+@pytest.mark.parametrize("value, label", [(..., "stub"), (None, "stub"), ("4.47", "type")])
+def test_a_temperature_that_is_not_yet_a_number_is_told_so(value, label):
+    assert_named(check_temperature(value), label)
+
+
+def test_every_temperature_guess_is_named_at_both_levels_and_far_from_the_answer():
+    want = chapter._measured_temperature()
+    for g in chapter._TEMPERATURE_GUESSES:
+        assert abs(g.value - want) > 0.05 * want, g.label
+        assert_named(check_temperature(g.value), g.label, "too ")
+        assert_named(check_temperature(g.value, hint=2), g.label, g.more)
+
+
+# ---- check_top_k_attention: each query reads its k best keys -----------------------------------------------
 
 def future(T):
     return torch.ones(T, T, dtype=torch.bool).triu(1)
 
 
-def batch_first(*xs):
-    return [x.transpose(0, 1) for x in xs]
-
-
-def head(Q, K, V, scale=None, mask=True, dim=-1, mixed=None, mask_after=False):
-    """Batch-first attention with optional slips: Q, K (B, T, d_k), V (B, T, d_v)."""
-    T, d_k = Q.shape[-2], Q.shape[-1]
-    Z = Q @ K.transpose(-2, -1) / (math.sqrt(d_k) if scale is None else scale)
-    if mask and not mask_after:
-        Z = Z.masked_fill(future(T), float("-inf"))
-    P = torch.softmax(Z, dim=dim)
-    if mask_after:
-        P = P.masked_fill(future(T), 0.0)
-    return P @ (V if mixed is None else mixed)
-
-
-def seq_first_solution(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V).transpose(0, 1)
-
-
-def seq_first_additive(Q, K, V):     # the book's solution: an additive mask in the scores' dtype
-    Q, K, V = batch_first(Q, K, V)
-    T, d_k = Q.shape[-2], Q.shape[-1]
-    Z = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
-    return (torch.softmax(Z + chapter.causal_mask(T, dtype=Z.dtype), dim=-1) @ V).transpose(0, 1)
-
-
-def seq_first_einsum(Q, K, V):
-    T, d_k = Q.shape[0], Q.shape[-1]
-    Z = torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(d_k)
-    P = torch.softmax(Z.masked_fill(future(T), float("-inf")), dim=-1)
-    return torch.einsum("bij,jbd->ibd", P, V)
-
-
-def seq_first_sdpa(Q, K, V):
-    return F.scaled_dot_product_attention(*batch_first(Q, K, V), is_causal=True).transpose(0, 1)
-
-
-def seq_first_permute(Q, K, V):
-    Q, K, V = (x.permute(1, 0, 2) for x in (Q, K, V))
-    return head(Q, K, V).permute(1, 0, 2).contiguous()
-
-
-def seq_first_page_copy(Q, K, V):      # the page's batch-first cell, pasted: the batch taken for the positions
-    T = Q.shape[-2]
+def head(Q, K, V, mask=True, mixed=None):
+    """Batch-first causal attention (the fixed einsum head's rewrites): Q, K (B, T, d_k), V (B, T, d_v)."""
     Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    M = torch.full((T, T), float("-inf")).triu(1).to(Z.dtype)
+    if mask:
+        Z = Z.masked_fill(future(Z.shape[-1]), float("-inf"))
+    return torch.softmax(Z, dim=-1) @ (V if mixed is None else mixed)
+
+
+def kept(Z, k):
+    return Z >= Z.topk(k, dim=-1).values[..., -1:]
+
+
+def top_k_solution(Z, V, k):
+    kth = Z.topk(k, dim=-1).values[..., -1:]
+    return torch.softmax(Z.masked_fill(Z < kth, float("-inf")), dim=-1) @ V
+
+
+def top_k_scatter(Z, V, k):
+    values, where = Z.topk(k, dim=-1)
+    return torch.softmax(torch.full_like(Z, float("-inf")).scatter(-1, where, values), dim=-1) @ V
+
+
+def top_k_gather(Z, V, k):               # the k weights meet their own values, picked along the key axis
+    values, where = Z.topk(k, dim=-1)
+    w = torch.softmax(values, dim=-1)                                  # (..., T_q, k)
+    Vx = V.unsqueeze(-3).expand(*Z.shape, V.shape[-1])                # (..., T_q, T_k, d_v)
+    picked = Vx.gather(-2, where[..., None].expand(*where.shape, V.shape[-1]))
+    return (w[..., None] * picked).sum(-2)
+
+
+def top_k_renormalised(Z, V, k):         # softmax over every key, the rest zeroed, then divided by the sum
+    P = torch.softmax(Z, dim=-1) * kept(Z, k)
+    return P / P.sum(dim=-1, keepdim=True) @ V
+
+
+def top_k_sorted(Z, V, k):
+    threshold = Z.sort(dim=-1, descending=True).values[..., k - 1:k]
+    return torch.softmax(torch.where(Z >= threshold, Z, float("-inf")), dim=-1) @ V
+
+
+def top_k_lowest_number(Z, V, k):        # the smallest number of the dtype instead of −inf
+    return torch.softmax(Z.masked_fill(~kept(Z, k), torch.finfo(Z.dtype).min), dim=-1) @ V
+
+
+@pytest.mark.parametrize("fn", [top_k_solution, top_k_scatter, top_k_gather, top_k_renormalised, top_k_sorted,
+                                top_k_lowest_number])
+def test_top_k_solutions_pass(fn):
+    assert_accepted(check_top_k_attention(fn))
+
+
+def top_k_softmax_then_zero(Z, V, k):
+    return torch.softmax(Z, dim=-1).masked_fill(~kept(Z, k), 0.0) @ V
+
+
+def top_k_zero_fill(Z, V, k):
+    return torch.softmax(Z.masked_fill(~kept(Z, k), 0.0), dim=-1) @ V
+
+
+def top_k_times_mask(Z, V, k):
+    return torch.softmax(Z * kept(Z, k), dim=-1) @ V
+
+
+def top_k_first_values(Z, V, k):          # the top k weights with the first k values
+    return torch.softmax(Z.topk(k, dim=-1).values, dim=-1) @ V[..., :k, :]
+
+
+def top_k_indexed(Z, V, k):               # V[idx]: written for one table
+    values, where = Z.topk(k, dim=-1)
+    return (torch.softmax(values, dim=-1).unsqueeze(-1) * V[where]).sum(dim=-2)
+
+
+def top_k_kthvalue(Z, V, k):
+    threshold = torch.kthvalue(Z, k, dim=-1, keepdim=True).values
+    return torch.softmax(Z.masked_fill(Z < threshold, float("-inf")), dim=-1) @ V
+
+
+def top_k_sorted_one_too_far(Z, V, k):    # index k of a row sorted from the top is the (k + 1)-th largest
+    threshold = Z.sort(dim=-1, descending=True).values[..., k].unsqueeze(-1)
+    return torch.softmax(Z.masked_fill(Z < threshold, float("-inf")), dim=-1) @ V
+
+
+def top_k_strictly_above(Z, V, k):        # the k-th largest itself dropped
+    kth = Z.topk(k, dim=-1).values[..., -1:]
+    return torch.softmax(Z.masked_fill(Z <= kth, float("-inf")), dim=-1) @ V
+
+
+def top_k_columns(Z, V, k):
+    kth = Z.topk(k, dim=-2).values[..., -1:, :]
+    return torch.softmax(Z.masked_fill(Z < kth, float("-inf")), dim=-1) @ V
+
+
+def top_k_softmax_over_queries(Z, V, k):
+    return torch.softmax(Z.masked_fill(~kept(Z, k), float("-inf")), dim=-2) @ V
+
+
+def top_k_minus_1e9(Z, V, k):             # a finite stand-in for −inf: does not fit in float16
+    return torch.softmax(Z.masked_fill(~kept(Z, k), -1e9), dim=-1) @ V
+
+
+def top_k_float32_mask(Z, V, k):          # a mask made in the default dtype, added to the scores
+    M = torch.zeros(Z.shape)
+    M[~kept(Z, k)] = float("-inf")
     return torch.softmax(Z + M, dim=-1) @ V
 
 
-def seq_first_positions_mask_only(Q, K, V):   # the positions counted right for the mask only: fails when T ≠ B
-    T = Q.shape[0]
-    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    return torch.softmax(Z + chapter.causal_mask(T, dtype=Z.dtype), dim=-1) @ V
+def top_k_in_float32(Z, V, k):            # computed in float32 for accuracy, never cast back
+    return top_k_solution(Z.float(), V.float(), k)
 
 
-def seq_first_not_restored(Q, K, V):
-    return head(*batch_first(Q, K, V))
+def top_k_fills_Z_in_place(Z, V, k):
+    Z.masked_fill_(~kept(Z, k), float("-inf"))
+    return torch.softmax(Z, dim=-1) @ V
 
 
-def seq_first_times_K(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, mixed=K).transpose(0, 1)
+def top_k_gathered_along_the_wrong_axis(Z, V, k):   # gather on V itself: its axes do not line up with the rows
+    values, where = Z.topk(k, dim=-1)
+    return torch.softmax(values, dim=-1) @ V.gather(-2, where)
 
 
-def seq_first_no_scale(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, scale=1.0).transpose(0, 1)
-
-
-def seq_first_scale_by_T(Q, K, V):
-    T = Q.shape[0]
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, scale=math.sqrt(T)).transpose(0, 1)
-
-
-def seq_first_no_mask(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, mask=False).transpose(0, 1)
-
-
-def seq_first_mask_after(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, mask_after=True).transpose(0, 1)
-
-
-def seq_first_wrong_axis(Q, K, V):
-    Q, K, V = batch_first(Q, K, V)
-    return head(Q, K, V, dim=-2).transpose(0, 1)
-
-
-def seq_first_float32_mask(Q, K, V):   # the page's mask, built in the default dtype: float16 + float32 = float32
-    Q, K, V = batch_first(Q, K, V)
-    T = Q.shape[-2]
-    Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    M = torch.full((T, T), float("-inf")).triu(1)
-    return (torch.softmax(Z + M, dim=-1) @ V).transpose(0, 1)
-
-
-def seq_first_scales_Q_in_place(Q, K, V):
-    Qb, Kb, Vb = batch_first(Q, K, V)    # views: writing into Qb writes into Q
-    Qb /= math.sqrt(Q.shape[-1])
-    Z = Qb @ Kb.transpose(-2, -1)
-    return (torch.softmax(Z.masked_fill(future(Q.shape[0]), float("-inf")), dim=-1) @ Vb).transpose(0, 1)
-
-
-@pytest.mark.parametrize("fn", [seq_first_solution, seq_first_additive, seq_first_einsum, seq_first_sdpa,
-                                seq_first_permute])
-def test_attention_output_solutions_pass(fn):
-    assert_accepted(check_attention_output(fn))
-
-
-@pytest.mark.parametrize("fn, label", [
-    (seq_first_page_copy, "batch-as-positions"),
-    (seq_first_positions_mask_only, "batch-as-positions"),
-    (seq_first_not_restored, "not-restored"),
-    (seq_first_times_K, "times-K"),
-    (seq_first_no_scale, "no-scale"),
-    (seq_first_scale_by_T, "scale-by-T"),
-    (seq_first_no_mask, "no-mask"),
-    (seq_first_mask_after, "after-softmax"),
-    (seq_first_wrong_axis, "wrong-axis"),
+# Wrong answers written from the exercise text: (answer, the label it should get, None where generic is fine).
+WRONG_TOP_K = [
+    (top_k_softmax_then_zero, "not-renormalised"),
+    (top_k_zero_fill, "zeroed-scores"),
+    (top_k_times_mask, "zeroed-scores"),
+    (top_k_first_values, "first-k-values"),
+    (top_k_indexed, "batch-indexed"),
+    (top_k_kthvalue, "kthvalue"),
+    (top_k_sorted_one_too_far, "k-plus-one"),
+    (top_k_strictly_above, "k-minus-one"),
+    (top_k_columns, "columns"),
+    (top_k_softmax_over_queries, "softmax-axis"),
+    (top_k_minus_1e9, "finite"),
+    (top_k_float32_mask, "mixed-dtypes"),
+    (top_k_in_float32, "dtype"),
+    (top_k_fills_Z_in_place, "in-place"),
+    (top_k_gathered_along_the_wrong_axis, None),
     (stub, "stub"),
-])
-def test_attention_output_mistakes_are_named(fn, label):
-    assert_named(check_attention_output(fn), label)
+]
 
 
-def test_attention_output_with_a_float32_mask_is_told_its_dtype():
-    """float16 scores + a float32 mask give float32 weights, and float32 weights @ float16 values is refused."""
-    assert_named(check_attention_output(seq_first_float32_mask), "mixed-dtypes",
-                 "for float16 inputs your function stops with an error about dtypes", "RuntimeError")
-    assert_named(check_attention_output(seq_first_float32_mask, hint=2), "mixed-dtypes", "float32; mixed with")
+@pytest.mark.parametrize("fn, label", WRONG_TOP_K, ids=[f.__name__ for f, _ in WRONG_TOP_K])
+def test_wrong_top_k_answers_are_rejected_and_named_or_left_generic(fn, label):
+    v = check_top_k_attention(fn)
+    assert not v.ok, v
+    if label is None:
+        assert v.mistake in GENERIC, v
+    else:
+        assert_named(v, label)
 
 
-def test_attention_output_that_returns_float32_weights_times_float32_values_is_told_its_dtype():
-    def f(Q, K, V):     # V cast to the weights' dtype: float16 inputs come back float32
-        return seq_first_float32_mask(Q, K, V.to(torch.promote_types(V.dtype, torch.float32)))
-    assert_named(check_attention_output(f), "dtype", "for float16 inputs your output is float32")
-    assert_named(check_attention_output(f, hint=2), "dtype", "float16 with float32")
+def test_most_wrong_top_k_answers_are_named():
+    verdicts = [check_top_k_attention(fn) for fn, _ in WRONG_TOP_K if fn is not stub]
+    named = [v for v in verdicts if v.mistake not in GENERIC]
+    assert len(verdicts) >= 5 and len(named) >= 0.85 * len(verdicts), [v.mistake for v in verdicts]
 
 
-def test_attention_output_that_scales_Q_in_place_is_told_so():
-    assert_named(check_attention_output(seq_first_scales_Q_in_place), "in-place", "input Q")
+def test_a_minus_1e9_fill_in_float16_blames_the_fill_value():
+    v = check_top_k_attention(top_k_minus_1e9)
+    assert_named(v, "finite", "fill value")
+    assert "two of your tensors" not in v.message
 
 
-def test_the_seq_first_cases_have_T_equal_to_B_and_T_different_from_B():
-    cases = [case for g in chapter._seq_first_groups() for case in g.cases]
-    shapes = [(Q.shape[0], Q.shape[1], Q.shape[2], V.shape[2]) for Q, K, V in cases]
-    T, B, d_k, d_v = shapes[0]
-    assert T == B == d_k == d_v, shapes
-    assert any(T != B and d_k != d_v for T, B, d_k, d_v in shapes[1:]), shapes
-    assert {Q.dtype for Q, _, _ in cases} == {torch.float16, torch.float32, torch.float64}
+def test_a_float32_mask_is_told_its_dtype():
+    assert_named(check_top_k_attention(top_k_float32_mask), "mixed-dtypes",
+                 "for float16 inputs your function stops with an error about dtypes")
+    assert_named(check_top_k_attention(top_k_in_float32), "dtype", "dtype torch.float32, expected torch.float64")
 
 
-def test_a_mix_across_the_batch_is_caught_even_where_the_shapes_agree():
-    """Where T = B the page's batch-first code runs on (T, B, d) tensors with the right shape: only the values
-    tell, and they are what the diagnosis names."""
-    (Q, K, V), = chapter._seq_first_groups()[0].cases[:1]
-    out = seq_first_page_copy(Q, K, V)
-    assert out.shape == seq_first_solution(Q, K, V).shape
-    assert not _close(out, seq_first_solution(Q, K, V), 1e-5)
+def test_the_top_k_cases_hold_each_trap():
+    """A single table and a batch with T_q ≠ T_k, rows that see fewer than k keys, k = T_k, float16 and float64;
+    k ≤ T_q (a top k down the columns runs) and the finite scores of every row differ (no tie at the k-th)."""
+    cases = [case for g in chapter._top_k_groups() for case in g.cases]
+    assert any(Z.dim() == 2 for Z, _, _ in cases) and any(Z.dim() == 3 and Z.shape[0] > 1 for Z, _, _ in cases)
+    assert any(Z.shape[-2] != Z.shape[-1] for Z, _, _ in cases)
+    assert any((Z.isfinite().sum(-1) < k).any() for Z, _, k in cases)
+    assert any(k == Z.shape[-1] for Z, _, k in cases)
+    assert {Z.dtype for Z, _, _ in cases} == {torch.float16, torch.float32, torch.float64}
+    for Z, V, k in cases:
+        assert k <= Z.shape[-2] and V.dtype == Z.dtype
+        rows = Z.reshape(-1, Z.shape[-1])
+        for row in rows:
+            finite = row[row.isfinite()]
+            assert finite.unique().numel() == finite.numel()
 
 
-# ---- check_softmax_jacobian: fn(z) -> J (..., n, n) -----------------------------------------------------
-
-def stable(z):
-    return torch.softmax(z, dim=-1)
-
-
-def jacobian_solution(z):
-    p = stable(z)
-    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-
-
-def jacobian_solution_einsum(z):
-    p = stable(z)
-    eye = torch.eye(z.shape[-1], dtype=z.dtype)
-    return torch.einsum("...i,ij->...ij", p, eye) - torch.einsum("...i,...j->...ij", p, p)
-
-
-def jacobian_diag_p(z):
-    return torch.diag_embed(stable(z))
-
-
-def jacobian_minus_outer(z):
-    p = stable(z)
-    return -torch.einsum("...i,...j->...ij", p, p)
-
-
-def jacobian_diag_only(z):
-    p = stable(z)
-    return torch.diag_embed(p - p * p)
-
-
-def jacobian_flipped(z):
-    return -jacobian_solution(z)
-
-
-def jacobian_naive(z):
-    p = z.exp() / z.exp().sum(dim=-1, keepdim=True)
-    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-
-
-def jacobian_one_row(z):
-    p = stable(z)
-    return torch.diag(p) - torch.outer(p, p)
-
-
-def jacobian_one_row_broadcast(z):
-    p = stable(z)
-    return torch.diag(p) - p.unsqueeze(1) * p.unsqueeze(0)
-
-
-def jacobian_filled_in_float32(z):     # zeros made in the default dtype, then filled: float64 comes back float32
-    p = stable(z)
-    J = torch.zeros(*z.shape, z.shape[-1])
-    J[...] = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-    return J
-
-
-def jacobian_exp_in_place(z):          # the stable softmax written into z itself
-    p = z.sub_(z.amax(dim=-1, keepdim=True)).exp_()
-    p = p / p.sum(dim=-1, keepdim=True)
-    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-
-
-@pytest.mark.parametrize("fn", [jacobian_solution, jacobian_solution_einsum])
-def test_softmax_jacobian_solutions_pass(fn):
-    assert_accepted(check_softmax_jacobian(fn))
-
-
-@pytest.mark.parametrize("fn, label", [
-    (jacobian_diag_p, "missing-outer"),
-    (jacobian_minus_outer, "missing-diag"),
-    (jacobian_diag_only, "diagonal-only"),
-    (jacobian_flipped, "sign"),
-    (jacobian_naive, "naive-softmax"),
-    (jacobian_one_row, "not-batched"),
-    (jacobian_one_row_broadcast, "not-batched"),
-    (stub, "stub"),
-])
-def test_softmax_jacobian_mistakes_are_named(fn, label):
-    assert_named(check_softmax_jacobian(fn), label)
-
-
-def test_softmax_jacobian_in_float32_for_float64_scores_is_told_so():
-    assert_named(check_softmax_jacobian(jacobian_filled_in_float32), "dtype", "for float64 scores your J is float32")
-
-
-def jacobian_eye_in_float32(z):         # an identity made in the default dtype: * and einsum promote it
-    p = stable(z)
-    return torch.einsum("...i,ij->...ij", p, torch.eye(z.shape[-1])) - torch.einsum("...i,...j->...ij", p, p)
-
-
-def test_softmax_jacobian_with_a_float32_identity_is_right_since_einsum_promotes_it():
-    assert_accepted(check_softmax_jacobian(jacobian_eye_in_float32))
-
-
-def test_softmax_jacobian_that_exponentiates_its_scores_in_place_is_told_so():
-    assert_named(check_softmax_jacobian(jacobian_exp_in_place), "in-place", "input z")
-
-
-def test_the_jacobian_reference_is_autograd_in_the_dtype_of_z_and_vanishes_on_a_saturated_row():
-    z = torch.tensor([[0.5, -1.0, 2.0], [12.0, 0.0, -1.0]], dtype=torch.float64)
-    J = chapter._jacobian_reference(z)
-    torch.testing.assert_close(J, jacobian_solution(z))
-    assert J[1].abs().max() < 1e-4 < J[0].abs().max()
-    assert chapter._jacobian_reference(z.float()).dtype == torch.float32
+def test_top_k_with_k_equal_to_T_k_is_attention():
+    Q, K, V = (torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(s)) for s in range(3))
+    Z = Q @ K.transpose(-2, -1) / 2 + chapter.causal_mask(5)
+    torch.testing.assert_close(top_k_solution(Z, V, 5), chapter.attention(Q, K, V))
 
 
 # ---- check_fixed_head: the einsum head of "find the bug", repaired --------------------------------------
@@ -551,7 +526,7 @@ def test_fixed_head_mistakes_are_named(fn, label):
 
 
 def test_fixed_head_in_float32_for_float64_inputs_is_told_so():
-    assert_named(check_fixed_head(einsum_head_built_in_float32), "dtype", "for float64 inputs your output is float32")
+    assert_named(check_fixed_head(einsum_head_built_in_float32), "dtype", "dtype torch.float32, expected torch.float64")
 
 
 def test_the_unfixed_head_does_not_give_the_answer_away():
@@ -583,8 +558,9 @@ def test_the_transposed_mask_passes_the_exercises_test_and_is_still_wrong():
 
 def test_an_unrecognised_answer_gets_a_generic_verdict():
     assert_named(check_log_softmax(lambda z: torch.zeros_like(z)), "values")
-    assert_named(check_attention_output(lambda Q, K, V: Q[..., :1]), "shape")
-    assert_named(check_softmax_jacobian(lambda z: torch.zeros(*z.shape, z.shape[-1], dtype=z.dtype)), "values")
+    assert_named(check_top_k_attention(lambda Z, V, k: Z[..., :1]), "shape")
+    assert_named(check_top_k_attention(lambda Z, V, k: torch.zeros_like(Z[..., :1]) + V.mean(-2, keepdim=True)),
+                 "values")
     assert_named(check_fixed_head(lambda Q, K, V: torch.zeros_like(V)), "values")
 
 
@@ -616,7 +592,7 @@ def test_the_answer_and_the_planted_mistakes_differ_pairwise_on_some_case(check,
     def run(f, case):
         try:
             return f(*case)
-        except RuntimeError as e:
+        except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
             return str(e)
 
     outs = [[run(f, case) for case, _ in cases] for f in [reference] + [m.wrong for m in mistakes]]
@@ -630,8 +606,8 @@ def test_the_answer_and_the_planted_mistakes_differ_pairwise_on_some_case(check,
 @pytest.mark.parametrize("check, mistakes, groups, reference", CHECKERS, ids=NAMES)
 def test_each_planted_function_with_no_switch_is_the_answer(check, mistakes, groups, reference):
     """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
-    planted = {check_log_softmax: chapter._planted_log_softmax, check_attention_output: chapter._planted_seq_first,
-               check_softmax_jacobian: chapter._planted_jacobian, check_fixed_head: chapter._einsum_head}[check]
+    planted = {check_log_softmax: chapter._planted_log_softmax, check_top_k_attention: chapter._planted_top_k,
+               check_fixed_head: chapter._einsum_head}[check]
     for g in groups():
         for case in g.cases:
             assert _close(planted(*case), reference(*case), g.atol), planted.__name__

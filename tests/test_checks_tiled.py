@@ -6,32 +6,44 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from attnlib.checks import (
     TILE_QUESTION,
     buggy_tiled_attention,
+    check_combine_splits,
     check_fixed_tiled_attention,
-    check_merge_states,
     check_tile_count,
 )
 from attnlib.checks import tiled as M
 from attnlib.checks._core import MORE, _close
-from attnlib.tiled import online_softmax_step
 from helpers import assert_accepted, assert_named, stub
 
 INF = math.inf
 
 
+def _output(fn, case):
+    """fn(*case), or the error it raises (a planted mistake may be one that raises)."""
+    try:
+        return fn(*case)
+    except Exception as e:  # noqa: BLE001 - the error is the mistake's output
+        return e
+
+
+def _differ(x, y) -> bool:
+    if isinstance(x, Exception) or isinstance(y, Exception):
+        return type(x) is not type(y) or x.args != y.args
+    return not _close(x, y, 1e-5)
+
+
 def assert_each_separated(cases, reference, mistakes):
     """Every planted mistake differs from the answer, and from every other mistake, on at least one case."""
-    outs = [[reference(*c) for c in cases]] + [[m.wrong(*c) for c in cases] for m in mistakes]
+    outs = [[reference(*c) for c in cases]] + [[_output(m.wrong, c) for c in cases] for m in mistakes]
     names = ["answer"] + [m.label for m in mistakes]
     for i in range(len(outs)):
         for j in range(i + 1, len(outs)):
-            assert any(not _close(x, y, 1e-5) for x, y in zip(outs[i], outs[j])), (names[i], names[j])
+            assert any(_differ(x, y) for x, y in zip(outs[i], outs[j])), (names[i], names[j])
 
 
 def assert_planted_mistakes_named(check, mistakes):
@@ -42,177 +54,163 @@ def assert_planted_mistakes_named(check, mistakes):
         assert verdict.message.startswith(m.hint), (m.label, verdict)
 
 
-# ------------------------------------------------------------------------------------ merge two partial states
-def merge_ok(a, b):
-    """The merge written another way: each part's log-weight log ℓ + m, against the larger maximum."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    safe = m.nan_to_num(neginf=0.0)
-    w_a, w_b = (m_a - safe).exp(), (m_b - safe).exp()
-    return m, w_a * l_a + w_b * l_b, w_a.unsqueeze(-1) * O_a + w_b.unsqueeze(-1) * O_b
+# ----------------------------------------------------------------------- combine the splits of a long cache
+def combine_ok(O_parts, lse_parts):
+    """The combination written another way: the shares as a softmax over the splits."""
+    share = torch.softmax(lse_parts, dim=0)
+    return torch.einsum("s...q,s...qd->...qd", share, O_parts), torch.logsumexp(lse_parts, dim=0)
 
 
-def merge_as_the_chapters_step(a, b):
-    """b treated as a new block of the chapter's step: a is rescaled, b is added as it is."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    r = torch.exp(m_a - torch.where(m == -INF, 0.0, m))
-    return m, r * l_a + l_b, r[..., None] * O_a + O_b
+def combine_pairwise(O_parts, lse_parts):
+    """Another right answer: the splits taken in one at a time, as the online softmax takes blocks."""
+    O, lse = O_parts[0], lse_parts[0]
+    for O_s, lse_s in zip(O_parts[1:], lse_parts[1:]):
+        new = torch.logaddexp(lse, lse_s)
+        O = torch.exp(lse - new)[..., None] * O + torch.exp(lse_s - new)[..., None] * O_s
+        lse = new
+    return O, lse
 
 
-def merge_b_only(a, b):
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    r = torch.exp(m_b - torch.where(m == -INF, 0.0, m))
-    return m, l_a + r * l_b, O_a + r[..., None] * O_b
+def combine_mean(O_parts, lse_parts):
+    return O_parts.mean(dim=0), torch.logsumexp(lse_parts, dim=0)
 
 
-def merge_adds(a, b):
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    return torch.maximum(m_a, m_b), l_a + l_b, O_a + O_b
+def combine_unshifted(O_parts, lse_parts):
+    """exp of each lse alone: right until an lse passes about 709."""
+    w = lse_parts.exp()
+    return (w[..., None] * O_parts).sum(0) / w.sum(0)[..., None], w.sum(0).log()
 
 
-def merge_factor_above_one(a, b):
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m)
-    r_a, r_b = torch.exp(ref - m_a), torch.exp(ref - m_b)
-    return m, r_a * l_a + r_b * l_b, r_a[..., None] * O_a + r_b[..., None] * O_b
+def combine_lse_by_hand(O_parts, lse_parts):
+    """The shares right, the lse as log Σ exp written out: inf for large scores."""
+    lse = torch.log(torch.exp(lse_parts).sum(dim=0))
+    return (torch.softmax(lse_parts, dim=0)[..., None] * O_parts).sum(0), lse
 
 
-def merge_O_plain(a, b):
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m)
-    return m, torch.exp(m_a - ref) * l_a + torch.exp(m_b - ref) * l_b, O_a + O_b
+def combine_lse_max(O_parts, lse_parts):
+    return combine_ok(O_parts, lse_parts)[0], lse_parts.max(dim=0).values
 
 
-def merge_divides(a, b):
-    m, l, O = merge_ok(a, b)
-    return m, l, O / l[..., None]
+def combine_lse_sum(O_parts, lse_parts):
+    return combine_ok(O_parts, lse_parts)[0], lse_parts.sum(dim=0)
 
 
-def merge_nan_on_empty_rows(a, b):
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    r_a, r_b = torch.exp(m_a - m), torch.exp(m_b - m)
-    return m, r_a * l_a + r_b * l_b, r_a[..., None] * O_a + r_b[..., None] * O_b
+def combine_softmax_last_axis(O_parts, lse_parts):
+    w = torch.softmax(lse_parts, dim=-1)
+    return (w.unsqueeze(-1) * O_parts).sum(0), torch.logsumexp(lse_parts, 0)
 
 
-def merge_unshifted(a, b):
-    """exp of each maximum alone, divided out at the end: right until a maximum passes about 709."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    e_a, e_b, e = m_a.exp(), m_b.exp(), torch.where(m == -INF, 0.0, m).exp()
-    return m, (e_a * l_a + e_b * l_b) / e, (e_a[..., None] * O_a + e_b[..., None] * O_b) / e[..., None]
+def combine_not_divided(O_parts, lse_parts):
+    m = lse_parts.max(dim=0).values
+    w = torch.exp(lse_parts - m)
+    return (w[..., None] * O_parts).sum(0), m + torch.log(w.sum(0))
 
 
-def merge_into_a(a, b):
-    """Accumulates b into a's tensors: a's state is gone after the call."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m)
-    r_a, r_b = torch.exp(m_a - ref), torch.exp(m_b - ref)
-    l_a.mul_(r_a).add_(r_b * l_b)
-    O_a.mul_(r_a[..., None]).add_(r_b[..., None] * O_b)
-    m_a.copy_(m)
-    return m_a, l_a, O_a
+def combine_lse_as_l(O_parts, lse_parts):
+    """lse_s read as the sum ℓ_s itself."""
+    w = lse_parts / lse_parts.sum(0)
+    return (w[..., None] * O_parts).sum(0), torch.logsumexp(lse_parts, 0)
 
 
-def merge_two_names_for_m_a(a, b):
-    """``m = m_a`` names the same tensor: writing the new max into m overwrites m_a, and the factor of a, which
-    the code has, comes out 1."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = m_a
-    m[...] = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m)
-    r_a, r_b = torch.exp(m_a - ref), torch.exp(m_b - ref)
-    return m, r_a * l_a + r_b * l_b, r_a[..., None] * O_a + r_b[..., None] * O_b
+def combine_mean_and_max(O_parts, lse_parts):
+    return O_parts.mean(0), lse_parts.amax(0)
 
 
-def merge_in_float32_zeros(a, b):
-    """Accumulates into ``torch.zeros`` (float32 by default), so float64 states come back float32."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m)
-    l, O = torch.zeros(l_a.shape), torch.zeros(O_a.shape)
-    for m_p, l_p, O_p in ((m_a, l_a, O_a), (m_b, l_b, O_b)):
-        r = torch.exp(m_p - ref)
-        l += r * l_p
-        O += r[..., None] * O_p
-    return m, l, O
+def combine_scaled_in_place(O_parts, lse_parts):
+    lse = torch.logsumexp(lse_parts, 0)
+    O_parts *= torch.exp(lse_parts - lse)[..., None]
+    return O_parts.sum(0), lse
 
 
-def merge_through_numpy(a, b):
-    """Factors from numpy: float64, so the float32 case comes back float64."""
-    (m_a, l_a, O_a), (m_b, l_b, O_b) = a, b
-    m = torch.maximum(m_a, m_b)
-    ref = torch.where(m == -INF, 0.0, m).numpy().astype(np.float64)
-    r_a = torch.from_numpy(np.exp(m_a.numpy().astype(np.float64) - ref))
-    r_b = torch.from_numpy(np.exp(m_b.numpy().astype(np.float64) - ref))
-    return m, r_a * l_a + r_b * l_b, r_a[..., None] * O_a + r_b[..., None] * O_b
+def combine_into_float32_zeros(O_parts, lse_parts):
+    lse = torch.logsumexp(lse_parts, 0)
+    O = torch.zeros(O_parts.shape[1:])
+    for O_s, lse_s in zip(O_parts, lse_parts):
+        O += torch.exp(lse_s - lse)[..., None] * O_s
+    return O, lse
 
 
-def test_merge_solution_is_accepted_and_equals_one_pass_over_all_keys():
-    assert_accepted(check_merge_states(merge_ok))
+def combine_clamped(O_parts, lse_parts):
+    """The exponent clamped so that exp cannot overflow: finite everywhere, wrong for large scores."""
+    w = lse_parts.clamp(max=700.0).exp()
+    return (w[..., None] * O_parts).sum(0) / w.sum(0)[..., None], w.sum(0).log()
+
+
+def combine_largest_split(O_parts, lse_parts):
+    """The split of largest lse taken alone."""
+    best = lse_parts.argmax(dim=0, keepdim=True)                                   # (1, ..., T_q)
+    O = O_parts.gather(0, best[..., None].expand(1, *O_parts.shape[1:]))[0]
+    return O, torch.logsumexp(lse_parts, 0)
+
+
+def combine_over_rows(O_parts, lse_parts):
+    """Everything over the last axis of lse_parts, the query rows."""
+    lse = torch.logsumexp(lse_parts, dim=-1)
+    return torch.einsum("s...q,s...qd->s...d", torch.exp(lse_parts - lse[..., None]), O_parts), lse
+
+
+def combine_weights_without_d_v_axis(O_parts, lse_parts):
+    lse = torch.logsumexp(lse_parts, 0)
+    return (torch.exp(lse_parts - lse) * O_parts).sum(0), lse
+
+
+@pytest.mark.parametrize("fn", [combine_ok, combine_pairwise, M._combine])
+def test_combining_is_accepted(fn):
+    assert_accepted(check_combine_splits(fn))
+
+
+def test_the_combined_splits_are_one_pass_over_all_the_keys():
     g = torch.Generator().manual_seed(0)
-    Z, V = 3.0 * torch.randn(2, 4, 9, generator=g, dtype=torch.float64), torch.randn(9, 3, generator=g,
-                                                                                   dtype=torch.float64)
-    one_pass = online_softmax_step(Z.new_full((2, 4), -INF), Z.new_zeros(2, 4), Z)
-    merged = merge_ok(M._state(Z[..., :5], V[:5]), M._state(Z[..., 5:], V[5:]))
-    torch.testing.assert_close(merged, (one_pass[0], one_pass[1], one_pass[3] @ V))
+    Z = 3.0 * torch.randn(2, 4, 9, generator=g, dtype=torch.float64)
+    V = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    O, lse = combine_ok(*M._splits(Z, V, (0, 2, 5, 9)))
+    torch.testing.assert_close(O, torch.softmax(Z, -1) @ V)
+    torch.testing.assert_close(lse, torch.logsumexp(Z, -1))
+    for case in M._split_cases():
+        out = M._combine_reference(*case)
+        assert {t.dtype for t in out} == {case[0].dtype} and not any(t.isnan().any() for t in out)
+    assert bool((M._split_cases()[2][1] == -INF).any())           # a range that a row cannot read
 
 
-@pytest.mark.parametrize("fn, label", [
-    (merge_adds, "no-rescale"), (merge_as_the_chapters_step, "one-side-a"), (merge_b_only, "one-side-b"),
-    (merge_factor_above_one, "wrong-sign"), (merge_O_plain, "O-not-rescaled"), (merge_divides, "normalised"),
-    (merge_nan_on_empty_rows, "nan-empty"), (merge_unshifted, "overflow"), (stub, "stub"),
-])
-def test_merge_mistakes_are_named(fn, label):
-    assert_named(check_merge_states(fn), label)
+# written from the exercise text, each one verified wrong on the checker's inputs
+COMBINE_WRONG = [
+    (combine_mean, "equal-weights"), (combine_unshifted, "overflow"), (combine_lse_by_hand, "overflow"),
+    (combine_lse_max, "lse-max"), (combine_lse_sum, "lse-sum"), (combine_softmax_last_axis, "rows"),
+    (combine_not_divided, "unnormalised"), (combine_lse_as_l, "lse-as-weights"),
+    (combine_mean_and_max, "equal-weights"), (combine_scaled_in_place, "in-place"),
+    (combine_into_float32_zeros, "dtype"), (combine_clamped, "values"),
+    (combine_largest_split, "largest-split"), (combine_over_rows, "wrong-axis"),
+]
 
 
-def test_updating_a_state_in_place_is_named_not_accepted():
-    """In-place updates are not legitimate in this exercise: the text asks to leave a and b as they came (a
-    worker's state may still be merged with another), so the checker judges with no argument mutable."""
-    assert_named(check_merge_states(merge_into_a), "in-place", "a[")
+@pytest.mark.parametrize("fn, label", COMBINE_WRONG + [(stub, "stub"),
+                                                       (combine_weights_without_d_v_axis, "no-d_v-axis")])
+def test_combining_mistakes_are_named(fn, label):
+    assert_named(check_combine_splits(fn), label)
 
 
-def test_two_names_for_one_tensor_are_told_the_input_was_overwritten_not_to_add_a_factor():
-    v = check_merge_states(merge_two_names_for_m_a)
-    assert_named(v, "in-place", "a[0]")
-    assert "factor" not in v.message
+def test_combining_wrong_answers_are_wrong_and_mostly_named():
+    for fn, _ in COMBINE_WRONG:
+        assert not all(_close(fn(*[t.clone() for t in c]), M._combine_reference(*c), 1e-6) for c in M._split_cases()) \
+            or fn in (combine_scaled_in_place, combine_into_float32_zeros), fn.__name__
+    named_share = sum(label != "values" for _, label in COMBINE_WRONG) / len(COMBINE_WRONG)
+    assert named_share >= 0.85
 
 
-@pytest.mark.parametrize("fn, wrong", [(merge_in_float32_zeros, "torch.float32"),
-                                       (merge_through_numpy, "torch.float64")])
-def test_merge_in_another_dtype_is_told_so(fn, wrong):
-    assert_named(check_merge_states(fn), "dtype", wrong)
+def test_combining_returning_only_O_is_told_the_shape_of_the_answer():
+    v = check_combine_splits(lambda O_parts, lse_parts: combine_ok(O_parts, lse_parts)[0])
+    assert not v.ok and "tuple of 2" in v.message, v
 
 
-def test_merge_returning_two_results_is_told_the_shape_of_the_answer():
-    v = check_merge_states(lambda a, b: merge_ok(a, b)[1:])
-    assert not v.ok and "tuple of 3" in v.message, v
-
-
-def test_merge_hints_have_two_levels():
-    first, second = check_merge_states(merge_adds), check_merge_states(merge_adds, hint=2)
+def test_combining_hints_have_two_levels():
+    first, second = check_combine_splits(combine_mean), check_combine_splits(combine_mean, hint=2)
     assert first.message.endswith(MORE) and not second.message.endswith(MORE)
-    assert first.message != second.message and second.mistake == "no-rescale"
+    assert first.message != second.message and second.mistake == "equal-weights"
 
 
-def test_merge_tables_switches_default_to_the_answer_and_each_plants_its_own_mistake():
-    for case in M._merge_cases():
-        assert _close(M._merge(*case), merge_ok(*case), 1e-9)
-    assert_each_separated(M._merge_cases(), M._merge_reference, M._MERGE_MISTAKES)
-    assert_planted_mistakes_named(check_merge_states, M._MERGE_MISTAKES)
-
-
-def test_merge_reference_keeps_the_dtype_and_the_empty_rows():
-    for case in M._merge_cases():
-        out = M._merge_reference(*case)
-        assert {t.dtype for t in out} == {case[0][0].dtype}
-        assert not any(t.isnan().any() for t in out)
+def test_combining_tables_each_plant_their_own_mistake():
+    assert_each_separated(M._split_cases(), M._combine_reference, M._SPLIT_MISTAKES)
+    assert_planted_mistakes_named(check_combine_splits, M._SPLIT_MISTAKES)
 
 
 # ------------------------------------------------------------------------------------------ predict: tiles
@@ -227,7 +225,8 @@ def count_tiles(T_q, T_k, b_q, b_k):
 
 def test_tile_count_right_number_is_accepted():
     n = count_tiles(*TILE_QUESTION.values())
-    assert n == 29
+    assert n == 29 == M._tiles_reading(*TILE_QUESTION.values())
+    assert int((M.tile_plan(*TILE_QUESTION.values()) != M.SKIPPED).sum()) == n     # the library's own plan
     assert_accepted(check_tile_count(n))
     assert_accepted(check_tile_count(torch.tensor(29)))
     assert_accepted(check_tile_count(29.0))
@@ -239,6 +238,8 @@ def test_tile_count_right_number_is_accepted():
     (count_tiles(200, 200, 64, 64), "offset-ignored"),         # 10: the new queries placed at positions 0 …
     (count_tiles(500, 500, 64, 64), "prefill"),                # 36: all 500 positions as queries
     (5 + 6 + 7 + 8, "first-query"),                            # 26: each block up to its first query
+    (6 + 7 + 8, "short-query-block"), (6 + 7 + 7 + 7, "short-key-block"),
+    (4 + 5 + 6 + 7, "full-only"),                              # 22: the diagonal tiles left out
     (6 + 7 + 7, "full-blocks-only"),                           # 20: the short blocks left out
     (7, "diagonal-only"),
     (16, "half"),
@@ -333,6 +334,11 @@ def fixed_with_the_factor_dropped(Q, K, V, b_q, b_k):
     return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (l + P.sum(-1), O + PV))
 
 
+def fixed_forgetting_earlier_blocks(Q, K, V, b_q, b_k):
+    """The state started again at every key block."""
+    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (P.sum(-1), PV))
+
+
 def fixed_in_float32(Q, K, V, b_q, b_k):
     """A fix whose state is made with torch.full / torch.zeros without a dtype: float32 for float64 inputs."""
     out = fixed_ok(Q, K, V, b_q, b_k)
@@ -354,6 +360,7 @@ def test_fixed_tiled_attention_solutions_are_accepted():
     (fixed_wrong_sign, "wrong-sign"), (fixed_after_adding, "rescale-after-add"),
     (fixed_O_only, "l-not-rescaled"), (fixed_l_only, "O-not-rescaled"),
     (fixed_in_float32, "dtype"), (fixed_scaling_Q_in_place, "in-place"), (stub, "stub"),
+    (fixed_forgetting_earlier_blocks, "state-forgotten"),
 ])
 def test_fixed_tiled_attention_mistakes_are_named(fn, label):
     assert_named(check_fixed_tiled_attention(fn), label)
@@ -396,7 +403,7 @@ def test_fix_tables_switches_default_to_the_answer_and_each_plants_its_own_mista
 
 
 def test_every_mistake_the_checkers_name_is_registered_with_two_hint_levels():
-    for check, table in ((check_merge_states, [*M._MERGE_MISTAKES, M._OVERFLOW]),
+    for check, table in ((check_combine_splits, [*M._SPLIT_MISTAKES, M._OVERFLOW]),
                          (check_fixed_tiled_attention, M._FIX_MISTAKES), (check_tile_count, M._TILE_GUESSES)):
         labels = {m.label for m in check.mistakes}
         assert {m.label for m in table} <= labels

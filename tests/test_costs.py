@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from attnlib import GPT, Block, FusedProjections, MultiHeadAttention, Projections, attention, softmax
+from attnlib import GPT, Block, FusedProjections, GPTConfig, MultiHeadAttention, Projections, attention, softmax
 from attnlib.costs import (
     activation_elements,
     attention_flops,
@@ -63,7 +63,7 @@ def test_block_flops_match_torch_flop_counter(d_ff):
 def test_model_flops_forward_and_backward_match_torch_flop_counter():
     B, T, d_model, h, L, V = 2, 8, 16, 2, 3, 11
     torch.manual_seed(0)
-    model = GPT(V, d_model, h, L, max_T=T, backend="plain")
+    model = GPT(GPTConfig(V, d_model, h, L, max_T=T, backend="plain"))
     ids = torch.randint(0, V, (B, T))
     assert count_flops(lambda: model(ids)) == model_flops(B, T, d_model, h, L, V)["model"]
     assert count_flops(lambda: model.loss(ids, ids).backward()) == model_flops(B, T, d_model, h, L, V,
@@ -72,7 +72,7 @@ def test_model_flops_forward_and_backward_match_torch_flop_counter():
 
 @pytest.mark.parametrize("pos", ["learned", "rope", None])
 def test_parameter_formulas_match_the_modules(pos):
-    model = GPT(13, 16, 4, 2, d_ff=20, max_T=10, pos=pos)
+    model = GPT(GPTConfig(13, 16, 4, 2, d_ff=20, max_T=10, pos=pos))
     p = model_params(13, 16, 2, 10, d_ff=20, pos=pos)
     assert sum(t.numel() for t in model.parameters()) == p["model"]
     assert sum(t.numel() for t in model.blocks[0].parameters()) == block_params(16, 20)["block"]
@@ -90,7 +90,7 @@ def test_activation_formulas_match_tensor_sizes():
     assert sum(t.numel() for t in mha.qkv(x)) == a["qkv"]
     assert mha(x).numel() == a["W_O"] == a["X"]
     assert Block(d_model, h).mlp.W_1(x).numel() == a["mlp_hidden"]
-    model = GPT(7, d_model, h, L=1, max_T=T + 1)
+    model = GPT(GPTConfig(7, d_model, h, L=1, max_T=T + 1))
     from attnlib import KVCache
     cache = KVCache()
     model(torch.zeros(B, T, dtype=torch.long), [cache])

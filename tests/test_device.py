@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import GPT, pick_device, runtime
+from attnlib import GPT, GPTConfig, pick_device, runtime
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_a_small_gpt_runs_on_the_picked_device(pos):
     """Forward, loss, backward and a cached generation, all on the device this machine offers."""
     device = pick_device()
     torch.manual_seed(0)
-    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=16, pos=pos).to(device)
+    model = GPT(GPTConfig(vocab_size=11, d_model=16, h=4, L=2, max_T=16, pos=pos)).to(device)
     ids = torch.randint(0, 11, (2, 7), device=device)
     logits = model(ids)
     assert logits.shape == (2, 7, 11) and logits.device.type == device.type
@@ -111,7 +111,7 @@ def test_results_agree_across_devices():
     if device.type == "cpu":
         pytest.skip("only a CPU here: nothing to compare with")
     torch.manual_seed(0)
-    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=16).eval()
+    model = GPT(GPTConfig(vocab_size=11, d_model=16, h=4, L=2, max_T=16)).eval()
     ids = torch.randint(0, 11, (2, 7))
     with torch.no_grad():
         on_cpu = model(ids)
@@ -128,7 +128,7 @@ def test_a_generated_token_costs_no_cuda_sync(padded):
     from attnlib import pad_prompts
 
     torch.manual_seed(0)
-    model = GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=24).cuda().eval()
+    model = GPT(GPTConfig(vocab_size=11, d_model=16, h=4, L=2, max_T=24)).cuda().eval()
     ids, is_pad = (t.cuda() for t in pad_prompts([torch.tensor([1, 2, 3, 4]), torch.tensor([5, 6])], 0))
 
     def warned(n_new):
@@ -150,6 +150,6 @@ def test_train_moves_the_model_to_the_device_it_is_given():
 
     device = pick_device()
     torch.manual_seed(0)
-    model = GPT(vocab_size=11, d_model=8, h=2, L=1, max_T=8)
+    model = GPT(GPTConfig(vocab_size=11, d_model=8, h=2, L=1, max_T=8))
     losses = train(model, torch.arange(60) % 11, steps=2, T=4, B=2, device=device)
     assert len(losses) == 2 and next(model.parameters()).device.type == device.type

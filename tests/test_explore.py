@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import GPT
+from attnlib import GPT, GPTConfig
 from attnlib.attention import attention_weights, causal_mask, softmax
 from attnlib.explore import (
     MAX_NUMBERS,
@@ -125,7 +125,7 @@ def test_tokens_with_html_characters_stay_inside_the_json():
 def test_model_scores_give_the_models_own_weights():
     torch.manual_seed(0)
     for pos in ("learned", "rope"):
-        model = GPT(20, d_model=16, h=4, L=2, max_T=16, pos=pos).eval()
+        model = GPT(GPTConfig(20, d_model=16, h=4, L=2, max_T=16, pos=pos)).eval()
         ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
         S = model_scores(model, ids)
         assert S.shape == (2, 4, 8, 8) and S.dtype == torch.float64        # computed in float64
@@ -174,18 +174,18 @@ def test_figure_size_stays_small():
      [f"at most {MAX_NUMBERS}", "38400"]),
     (lambda: explore(raw(6, 6), TOKENS, 8, title=3), TypeError, ["title must be a string", "int"]),
     (lambda: model_scores("gpt", torch.tensor([1, 2])), TypeError, ["attnlib GPT", "str"]),
-    (lambda: model_scores(GPT(10, 8, 2, 1), [1, 2]), TypeError, ["torch.Tensor", "list"]),
-    (lambda: model_scores(GPT(10, 8, 2, 1), torch.ones(2, 3, dtype=torch.long)), ValueError,
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1)), [1, 2]), TypeError, ["torch.Tensor", "list"]),
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1)), torch.ones(2, 3, dtype=torch.long)), ValueError,
      ["one sequence", "(2, 3)"]),
     # on another device ("meta" stands in for a GPU: it holds no values to copy to the CPU)
     (lambda: explore(raw(6, 6).to("meta"), TOKENS, 8), ValueError, ["S", "meta", "no values"]),
-    (lambda: model_scores(GPT(10, 8, 2, 1), torch.tensor([1, 2], device="meta")), ValueError,
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1)), torch.tensor([1, 2], device="meta")), ValueError,
      ["ids", "meta", "no values"]),
     # the model's own check of its ids is skipped inside model_scores' call, so model_scores checks them
-    (lambda: model_scores(GPT(10, 8, 2, 1), torch.tensor([1, 12])), ValueError, ["12", "0..9"]),
-    (lambda: model_scores(GPT(10, 8, 2, 1, max_T=4), torch.ones(5, dtype=torch.long)), ValueError,
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1)), torch.tensor([1, 12])), ValueError, ["12", "0..9"]),
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1, max_T=4)), torch.ones(5, dtype=torch.long)), ValueError,
      ["T=5", "max_T=4"]),
-    (lambda: model_scores(GPT(10, 8, 2, 1, norm="post"), torch.tensor([1, 2])), ValueError,
+    (lambda: model_scores(GPT(GPTConfig(10, 8, 2, 1, norm="post")), torch.tensor([1, 2])), ValueError,
      ["Pre-Norm", "'post'"]),
 ])
 def test_bad_input_names_expected_and_actual(call, error, words):
@@ -272,7 +272,7 @@ def test_readout_is_a_polite_live_region_before_any_script():
 @pytest.mark.parametrize("shape, where, label", [
     ((6, 6), {}, "attention weights over 6 tokens"),
     ((3, 6, 6), {"head": 1}, "attention weights of head 1 over 6 tokens"),
-    ((2, 4, 16, 16), {"layer": 0, "head": 1}, "attention weights of block 0 head 1 over 16 tokens"),
+    ((2, 4, 16, 16), {"layer": 0, "head": 1}, "attention weights of block 1 head 1 over 16 tokens"),
 ])
 def test_each_figure_says_what_it_shows(shape, where, label):
     T = shape[-1]

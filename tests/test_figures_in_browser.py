@@ -139,9 +139,9 @@ def test_interactive_figures_compute_the_library_weights(site, browser, build, d
                 for layer in range(data["L"]):
                     for head in range(data["h"]):
                         if data["L"] > 1:
-                            fig.locator("select.ax-layer").select_option(str(layer))
+                            fig.locator("select.ax-layer").select_option(value=str(layer))
                         if data["h"] > 1:
-                            fig.locator("select.ax-head").select_option(str(head))
+                            fig.locator("select.ax-head").select_option(value=str(head))
                         state.update(layer=layer, head=head)
                         hovered += _check_cells(page, fig, data, state, cells[:3])
                 _check_lines(fig, data, state, queries)
@@ -301,7 +301,8 @@ def test_interactive_figures_work_from_the_keyboard(site, browser, build, doc):
             label = heat.get_attribute("aria-label")
             assert AX_LABEL.fullmatch(label) and f"over {T} tokens" in label, f"{where}: heatmap label {label!r}"
             if data["L"] > 1:
-                assert f"{data['layerLabel']} {state['layer']} head {state['head']}" in label, label
+                # the menu and the label number blocks 1 … L
+                assert f"{data['layerLabel']} {state['layer'] + 1} head {state['head']}" in label, label
             assert "query" in view.get_attribute("aria-label"), where
             assert fig.locator("g[role='row']").count() == T and fig.locator("[role='gridcell']").count() == T * T
             assert fig.locator("[role='option']").count() == T, where
@@ -516,9 +517,9 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
                 for layer in range(data["L"]):
                     for head in range(data["h"]):
                         if data["L"] > 1:
-                            fig.locator("select.ax-layer").select_option(str(layer))
+                            fig.locator("select.ax-layer").select_option(value=str(layer))
                         if data["h"] > 1:
-                            fig.locator("select.ax-head").select_option(str(head))
+                            fig.locator("select.ax-head").select_option(value=str(head))
                         measure(f"layer {layer} head {head}")
             assert not bad, f"{where}: text below 4.5:1:\n" + "\n".join(bad[:20])
             if data["T"] <= 10:
@@ -733,11 +734,11 @@ def test_live_model_from_the_keyboard_and_on_a_phone(live_page):
     _, _, P = _live_expected(model, data["vocab"], text)
     thumbs = fig.locator("button.ax-live-thumb")
     assert thumbs.count() == data["config"]["L"] * data["config"]["h"]
-    thumbs.nth(6).click()                                              # block 1 head 2
+    thumbs.nth(6).click()                                              # block 2 head 2 (model.blocks[1])
     assert thumbs.nth(6).get_attribute("aria-pressed") == "true"
     assert fig.locator("button.ax-live-thumb[aria-pressed='true']").count() == 1
     label = fig.locator("svg.ax-heatmap").get_attribute("aria-label")
-    assert label == f"attention weights of block 1 head 2 over {len(text)} tokens", label
+    assert label == f"attention weights of block 2 head 2 over {len(text)} tokens", label
     assert fig.locator("select.ax-layer").input_value() == "1" and fig.locator("select.ax-head").input_value() == "2"
     # the keyboard: from the box, Tab reaches the heatmap's one tab stop; the arrows read the library's weights
     fig.locator("textarea.ax-live-text").focus()

@@ -474,7 +474,7 @@ def entry_kv_extend(data):
 @functools.cache
 def tiny_gpt(vocab_size: int, pos: str | None, L: int = 1, max_T: int = 8) -> GPT:
     """A small GPT in eval mode, built once per configuration (nothing in these tests changes its weights)."""
-    return seeded(lambda: GPT(vocab_size, 8, 2, L, max_T=max_T, pos=pos).eval())
+    return seeded(lambda: GPT(GPTConfig(vocab_size, 8, 2, L, max_T=max_T, pos=pos)).eval())
 
 
 def _gpt(data):
@@ -631,13 +631,15 @@ SIZED = [
     Sized("Block", Block, {"d_model": 8, "h": 2, "d_ff": 5, "norm": "post", "rope": True, "backend": "sdpa"},
           ("d_model", "h", "d_ff"), flags=("rope",), choices={"norm": ("middle", None), "backend": ("x",)},
           optional=("d_ff",)),
-    Sized("GPT", GPT, {"vocab_size": 7, "d_model": 8, "h": 2, "L": 2, "d_ff": 6, "max_T": 5, "pos": "rope",
+    Sized("GPT", lambda **fields: GPT(GPTConfig(**fields)),
+          {"vocab_size": 7, "d_model": 8, "h": 2, "L": 2, "d_ff": 6, "max_T": 5, "pos": "rope",
                        "norm": "pre", "causal": False, "backend": "plain"},
           ("vocab_size", "d_model", "h", "L", "d_ff", "max_T"), flags=("causal",),
           choices={"pos": ("absolute", "Rope", 0), "norm": ("both",), "backend": ("cuda",)}, optional=("d_ff",)),
-    Sized("GPT.embed_tokens", lambda offset: seeded(lambda: GPT(5, 4, 2, 1, max_T=8)).embed_tokens(
+    Sized("GPT.embed_tokens", lambda offset: seeded(lambda: GPT(GPTConfig(5, 4, 2, 1, max_T=8))).embed_tokens(
         torch.tensor([[1, 2]]), offset), {"offset": 3}, (), ("offset",)),
-    Sized("GPT.generate", lambda n_new, temperature, use_cache: seeded(lambda: GPT(5, 4, 2, 1, max_T=8)).generate(
+    Sized("GPT.generate", lambda n_new, temperature, use_cache: seeded(
+        lambda: GPT(GPTConfig(5, 4, 2, 1, max_T=8))).generate(
         torch.tensor([[1, 2]]), n_new, temperature=temperature, use_cache=use_cache,
         generator=torch.Generator().manual_seed(0)), {"n_new": 3, "temperature": 0.7, "use_cache": True},
           ("n_new",), reals={"temperature": (-0.5, -1e-9)}, flags=("use_cache",)),
@@ -665,11 +667,12 @@ SIZED = [
           {"T": 4}, ("T",)),
     Sized("random_batch", lambda T, B: train.random_batch(torch.arange(20), T, B, torch.Generator().manual_seed(0)),
           {"T": 4, "B": 3}, ("T", "B")),
-    Sized("evaluate", lambda T, B, batches, seed: train.evaluate(seeded(lambda: GPT(20, 4, 2, 1, max_T=8)),
+    Sized("evaluate", lambda T, B, batches, seed: train.evaluate(seeded(lambda: GPT(GPTConfig(20, 4, 2, 1, max_T=8))),
                                                                  torch.arange(20), T=T, B=B, batches=batches,
                                                                  seed=seed),
           {"T": 3, "B": 2, "batches": 2, "seed": 1}, ("T", "B", "batches"), ("seed",)),
-    Sized("train", lambda steps, T, B, lr: train.train(seeded(lambda: GPT(20, 4, 2, 1, max_T=8)), torch.arange(20),
+    Sized("train", lambda steps, T, B, lr: train.train(
+        seeded(lambda: GPT(GPTConfig(20, 4, 2, 1, max_T=8))), torch.arange(20),
                                                        steps=steps, T=T, B=B, lr=lr),
           {"steps": 2, "T": 3, "B": 2, "lr": 1e-3}, ("steps", "T", "B"), reals={"lr": (0.0, -1e-3)}, slow=True),
     Sized("seed_everything", runtime.seed_everything, {"seed": 0}, (), ("seed",)),
@@ -829,12 +832,12 @@ def test_a_cache_that_is_inconsistent_in_itself_is_rejected_when_built_or_extend
         rejects_at_boundary(lambda: KVCache(K), "K", "V")
     elif kind == "extend batch":
         cache = KVCache(K, V)
-        rejects_at_boundary(lambda: cache.extend(randn((B + 1, h, 1, d), 2), randn((B + 1, h, 1, d), 3)), "cache",
-                f"B={B + 1}", str(tuple(K.shape)))
+        rejects_at_boundary(lambda: cache.extend(randn((B + 1, h, 1, d), 2), randn((B + 1, h, 1, d), 3)), "K_new",
+                f"B={B}", str((B + 1, h, 1, d)))   # the new keys named, against the cache they extend
     else:
         cache = KVCache(K, V)
-        rejects_at_boundary(lambda: cache.extend(randn((B, h, 1, d + 1), 2), randn((B, h, 1, d + 1), 3)), "cache",
-                f"d_head={d + 1}", str(tuple(K.shape)))
+        rejects_at_boundary(lambda: cache.extend(randn((B, h, 1, d + 1), 2), randn((B, h, 1, d + 1), 3)), "K_new",
+                f"d_head={d}", str((B, h, 1, d + 1)))
 
 
 # ---------------------------------------------------------------------------------------------- GPT
@@ -888,7 +891,7 @@ def test_gpt_offsets_lengths_and_targets(data):
 def test_sampling_at_any_temperature_and_precision_gives_tokens(data):
     dtype = data.draw(st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]))
     temperature = data.draw(st.sampled_from([1e-45, 1e-30, 1e-8, 1e-3, 0.5, 1.0, 50.0, 1e30]))
-    model = seeded(lambda: GPT(13, 8, 2, 1, max_T=8).to(dtype).eval())
+    model = seeded(lambda: GPT(GPTConfig(13, 8, 2, 1, max_T=8)).to(dtype).eval())
     ids = torch.tensor([[1, 2, 3]])
     out = run(lambda: model.generate(ids, 4, temperature=temperature, generator=torch.Generator().manual_seed(0)))
     assert out.shape == (1, 7) and int(out.min()) >= 0 and int(out.max()) < 13
@@ -1014,8 +1017,9 @@ OTHER_BAD_CALLS = [
     ("random_batch(list data)", lambda: train.random_batch(list(range(20)), 3, 2, torch.Generator()),
      ("data", "torch.Tensor", "list")),
     ("train(not a model)", lambda: train.train("gpt", torch.arange(20)), ("model", "str")),
-    ("train(device)", lambda: train.train(GPT(20, 4, 2, 1, max_T=8), torch.arange(20), device="gpu"), ("'gpu'",)),
-    ("evaluate_prefix(batches=0)", lambda: train.evaluate_prefix(GPT(20, 4, 2, 1, max_T=8), torch.arange(20),
+    ("train(device)", lambda: train.train(GPT(GPTConfig(20, 4, 2, 1, max_T=8)), torch.arange(20), device="gpu"),
+     ("'gpu'",)),
+    ("evaluate_prefix(batches=0)", lambda: train.evaluate_prefix(GPT(GPTConfig(20, 4, 2, 1, max_T=8)), torch.arange(20),
                                                                  batches=0), ("batches", "0")),
     ("attention_heatmap(tokens)", _fig(lambda: plots.attention_heatmap(torch.rand(3, 3), ["a", "b"])),
      ("T=3", "got 2")),
@@ -1076,9 +1080,9 @@ OTHER_GOOD_CALLS = [
     ("causal_mask(device='cpu')", lambda: causal_mask(3, device="cpu"), lambda: causal_mask(3)),
     ("apply_rope(expanded)", lambda: apply_rope(torch.arange(8.0).expand(5, 8)),
      lambda: apply_rope(torch.arange(8.0).expand(5, 8).contiguous())),
-    ("GPT.loss(int32 targets)", lambda: seeded(lambda: GPT(7, 4, 2, 1)).loss(
+    ("GPT.loss(int32 targets)", lambda: seeded(lambda: GPT(GPTConfig(7, 4, 2, 1))).loss(
         torch.tensor([[1, 2]]), torch.tensor([[2, 3]], dtype=torch.int32)),
-     lambda: seeded(lambda: GPT(7, 4, 2, 1)).loss(torch.tensor([[1, 2]]), torch.tensor([[2, 3]]))),
+     lambda: seeded(lambda: GPT(GPTConfig(7, 4, 2, 1))).loss(torch.tensor([[1, 2]]), torch.tensor([[2, 3]]))),
 ]
 
 
@@ -1163,7 +1167,7 @@ def test_a_bad_id_in_pad_prompts_names_its_prompt_and_position(lengths, data):
     rejects_at_boundary(lambda: attnlib.batches.pad_prompts(prompts, 0), f"prompts[{k}]", f"position {t}", str(bad))
 
 
-@pytest.mark.parametrize("obj", [3, None, "GPT", len, torch.softmax, attnlib.GPT(9, 4, 2, 1).config])
+@pytest.mark.parametrize("obj", [3, None, "GPT", len, torch.softmax, attnlib.GPTConfig(9, 4, 2, 1)])
 def test_show_source_rejects_what_has_no_python_source(obj):
     """Its own TypeError, before inspect.getsource sees the object (it once raised inside inspect)."""
     rejects_at_boundary(lambda: attnlib.show_source(obj), "function", "class", type(obj).__name__)
@@ -1179,7 +1183,7 @@ def test_a_seed_that_is_not_an_integer_is_rejected_not_truncated(seed):
 
 
 def _tiny_gpt(**options):
-    return seeded(lambda: GPT(vocab_size=7, d_model=8, h=2, L=1, max_T=8, **options))
+    return seeded(lambda: GPT(GPTConfig(vocab_size=7, d_model=8, h=2, L=1, max_T=8, **options)))
 
 
 META_CALLS = [
@@ -1220,7 +1224,7 @@ def test_to_gpt2_takes_a_model_built_from_numpy_sizes():
     pytest.importorskip("transformers")
     from attnlib.gpt2 import to_gpt2, weight_pairs
 
-    gpt = seeded(lambda: GPT(np.int64(10), np.int64(8), np.int64(2), np.int64(1), max_T=np.int64(6))).eval()
+    gpt = seeded(lambda: GPT(GPTConfig(np.int64(10), np.int64(8), np.int64(2), np.int64(1), max_T=np.int64(6)))).eval()
     hf = to_gpt2(gpt)
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
@@ -1237,7 +1241,7 @@ def test_to_gpt2_takes_a_model_built_from_numpy_sizes():
     (lambda: GPTConfig(10, norm="middle"), ["norm", "'middle'"]),
     (lambda: GPTConfig(10, backend="flash"), ["backend", "'flash'"]),
     (lambda: GPTConfig(10, d_ff=0), ["d_ff", "0"]),
-    (lambda: GPT(GPTConfig(10), d_model=8), ["GPTConfig alone", "d_model=8", "replace"]),
+    (lambda: GPT(GPT(GPTConfig(10))), ["GPTConfig", "GPT(model.config)"]),
     (lambda: GPT({"vocab_size": 10}), ["GPTConfig", "dict"]),
     (lambda: GPT("10"), ["vocab_size", "'10'"]),
 ])
@@ -1247,10 +1251,10 @@ def test_gpt_config_checks_every_option_once(make, fragments):
 
 def test_a_gpt_too_large_for_memory_names_the_size_that_asks():
     with pytest.raises(MemoryError) as e:
-        GPT(10**12)
+        GPT(GPTConfig(10**12))
     assert "vocab_size=1000000000000" in str(e.value) and "bytes" in str(e.value)
     with torch.device("meta"):
-        assert GPT(10**9, 8, 2, 1).embed.table.is_meta   # on meta nothing is allocated: no limit
+        assert GPT(GPTConfig(10**9, 8, 2, 1)).embed.table.is_meta   # on meta nothing is allocated: no limit
 
 
 def test_caches_of_none_say_what_a_cache_is():

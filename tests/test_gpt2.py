@@ -97,7 +97,7 @@ def test_hidden_states_after_every_block(seed):
 @pytest.mark.parametrize("tie, gelu", [(True, "tanh"), (False, "exact")])
 def test_attnlib_to_gpt2_and_back(tie, gelu):
     torch.manual_seed(5)
-    gpt = GPT(31, 24, 3, 2, d_ff=36, max_T=10, tie=tie, gelu=gelu, eps=1e-6).double().eval()
+    gpt = GPT(GPTConfig(31, 24, 3, 2, d_ff=36, max_T=10, tie=tie, gelu=gelu, eps=1e-6)).double().eval()
     with torch.no_grad():   # move every weight away from its init so that nothing matches by accident
         for p in gpt.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -167,7 +167,7 @@ def test_save_pretrained_and_load_back(tmp_path):
 
 def test_new_options_keep_the_old_model_by_default():
     torch.manual_seed(0)
-    old = GPT(20, 16, 2, 2, max_T=8)
+    old = GPT(GPTConfig(20, 16, 2, 2, max_T=8))
     assert (old.config.tie, old.config.gelu, old.config.bias, old.config.eps) == (False, "exact", True, 1e-5)
     assert old.head.weight is not old.embed.table
     assert GPT(old.config).config == old.config
@@ -175,10 +175,10 @@ def test_new_options_keep_the_old_model_by_default():
     same.load_state_dict(old.state_dict())
     ids = random_ids(20, 2, 8, 0)
     assert torch.equal(same(ids), old(ids))
-    tied = GPT(20, 16, 2, 2, max_T=8, tie=True)
+    tied = GPT(GPTConfig(20, 16, 2, 2, max_T=8, tie=True))
     n = sum(p.numel() for p in old.parameters())
     assert sum(p.numel() for p in tied.parameters()) == n - 20 * 16
-    no_bias = GPT(20, 16, 2, 2, max_T=8, bias=False)
+    no_bias = GPT(GPTConfig(20, 16, 2, 2, max_T=8, bias=False))
     assert not any(name.endswith("bias") for name, _ in no_bias.named_parameters())
     tanh = GPT(dataclasses.replace(old.config, gelu="tanh"))
     tanh.load_state_dict(old.state_dict())
@@ -187,7 +187,7 @@ def test_new_options_keep_the_old_model_by_default():
 
 
 def test_tied_head_stays_tied_after_to_and_training_step():
-    gpt = GPT(20, 16, 2, 1, max_T=8, tie=True).double()
+    gpt = GPT(GPTConfig(20, 16, 2, 1, max_T=8, tie=True)).double()
     assert gpt.head.weight is gpt.embed.table
     ids = random_ids(20, 2, 8, 1)
     gpt.loss(ids[:, :-1], ids[:, 1:]).backward()
@@ -195,23 +195,24 @@ def test_tied_head_stays_tied_after_to_and_training_step():
 
 
 @pytest.mark.parametrize("make, error, words", [
-    (lambda: GPT(10, gelu="relu"), ValueError, ["gelu", "'relu'", "'tanh'"]),
-    (lambda: GPT(10, eps=0), ValueError, ["eps", "0"]),
-    (lambda: GPT(10, tie="yes"), TypeError, ["tie", "'yes'"]),
-    (lambda: GPT(10, bias=1), TypeError, ["bias"]),
+    (lambda: GPT(GPTConfig(10, gelu="relu")), ValueError, ["gelu", "'relu'", "'tanh'"]),
+    (lambda: GPT(GPTConfig(10, eps=0)), ValueError, ["eps", "0"]),
+    (lambda: GPT(GPTConfig(10, tie="yes")), TypeError, ["tie", "'yes'"]),
+    (lambda: GPT(GPTConfig(10, bias=1)), TypeError, ["bias"]),
     (lambda: GPT({"vocab_size": 10}), TypeError, ["GPTConfig", "dict"]),
     (lambda: from_gpt2(torch.nn.Linear(2, 2)), TypeError, ["GPT2LMHeadModel", "Linear"]),
     (lambda: to_gpt2(torch.nn.Linear(2, 2)), TypeError, ["attnlib GPT", "Linear"]),
-    (lambda: to_gpt2(GPT(10, 8, 2, 1, pos="rope")), ValueError, ["pos='learned'", "pos='rope'"]),
-    (lambda: to_gpt2(GPT(10, 8, 2, 1, norm="post")), ValueError, ["norm='pre'", "norm='post'"]),
-    (lambda: to_gpt2(GPT(10, 8, 2, 1, bias=False)), ValueError, ["bias=True", "bias=False"]),
+    (lambda: to_gpt2(GPT(GPTConfig(10, 8, 2, 1, pos="rope"))), ValueError, ["pos='learned'", "pos='rope'"]),
+    (lambda: to_gpt2(GPT(GPTConfig(10, 8, 2, 1, norm="post"))), ValueError, ["norm='pre'", "norm='post'"]),
+    (lambda: to_gpt2(GPT(GPTConfig(10, 8, 2, 1, bias=False))), ValueError, ["bias=True", "bias=False"]),
     (lambda: from_gpt2(hf_gpt2(0, scale_attn_by_inverse_layer_idx=True)), ValueError,
      ["scale_attn_by_inverse_layer_idx=False", "True"]),
     (lambda: from_gpt2(hf_gpt2(0, activation_function="relu")), ValueError,
      ["activation_function", "'relu'", "'gelu_new'"]),
     (lambda: load_gpt2(3), TypeError, ["name_or_path", "int"]),
-    (lambda: weight_pairs(GPT(10, 8, 2, 1), hf_gpt2(0)), ValueError, ["same sizes", "(10, 8, 2, 1"]),
-    (lambda: weight_pairs(GPT(10, 8, 2, 1), torch.nn.Linear(2, 2)), TypeError, ["GPT2LMHeadModel", "Linear"]),
+    (lambda: weight_pairs(GPT(GPTConfig(10, 8, 2, 1)), hf_gpt2(0)), ValueError, ["same sizes", "(10, 8, 2, 1"]),
+    (lambda: weight_pairs(GPT(GPTConfig(10, 8, 2, 1)), torch.nn.Linear(2, 2)), TypeError,
+     ["GPT2LMHeadModel", "Linear"]),
 ])
 def test_bad_inputs_name_expected_and_actual(make, error, words):
     with pytest.raises(error) as info:

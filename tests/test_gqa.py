@@ -155,9 +155,9 @@ def test_h_kv_equal_to_h_is_the_old_multi_head_path_bit_for_bit(d_model, h):
 
 def test_default_gpt_is_unchanged_by_the_new_option():
     torch.manual_seed(5)
-    a = GPT(30, 16, 4, 2, max_T=16)
+    a = GPT(GPTConfig(30, 16, 4, 2, max_T=16))
     torch.manual_seed(5)
-    b = GPT(30, 16, 4, 2, max_T=16, h_kv=4)
+    b = GPT(GPTConfig(30, 16, 4, 2, max_T=16, h_kv=4))
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     assert a.config.h_kv == b.config.h_kv == 4 and a.config == b.config   # None is filled in: h_kv = h
@@ -183,7 +183,7 @@ def test_cached_layer_equals_full_recomputation(h_kv, rope, backend):
 @pytest.mark.parametrize("h_kv,pos", [(1, "rope"), (2, "learned")])
 def test_gpt_generates_the_same_tokens_with_and_without_cache(h_kv, pos):
     torch.manual_seed(7)
-    model = GPT(23, 32, 4, 2, max_T=24, pos=pos, h_kv=h_kv).eval()
+    model = GPT(GPTConfig(23, 32, 4, 2, max_T=24, pos=pos, h_kv=h_kv)).eval()
     ids = torch.randint(0, 23, (2, 5), generator=torch.Generator().manual_seed(8))
     with_cache = model.generate(ids, 8)
     assert torch.equal(with_cache, model.generate(ids, 8, use_cache=False))
@@ -197,7 +197,7 @@ def test_gpt_generates_the_same_tokens_with_and_without_cache(h_kv, pos):
 def test_measured_cache_bytes_match_the_formula(h, h_kv, d_head):
     L, T = 3, 5
     torch.manual_seed(0)
-    model = GPT(11, h * d_head, h, L, max_T=8, h_kv=h_kv).to(torch.float16).eval()
+    model = GPT(GPTConfig(11, h * d_head, h, L, max_T=8, h_kv=h_kv)).to(torch.float16).eval()
     caches = [KVCache() for _ in model.blocks]
     with torch.no_grad():
         model(torch.zeros(1, T, dtype=torch.long), caches)
@@ -219,7 +219,7 @@ def test_parameter_formula_matches_the_module(d_model, h, h_kv, bias):
 def test_block_and_config_carry_h_kv():
     block = Block(16, 4, h_kv=2)
     assert block.attn.h_kv == 2 and block.attn.W_QKV.weight.shape == (16 + 2 * 2 * 4, 16)
-    model = GPT(10, 16, 4, 2, h_kv=1)
+    model = GPT(GPTConfig(10, 16, 4, 2, h_kv=1))
     assert all(b.attn.h_kv == 1 for b in model.blocks)
     again = GPT(model.config)
     assert again.config == model.config and again.blocks[1].attn.h_kv == 1
@@ -256,7 +256,7 @@ def test_changing_a_future_position_never_changes_an_earlier_output(seed, T, sha
 ])
 def test_bad_h_kv_is_rejected_naming_both_numbers(h_kv, fragments):
     for build in (lambda: MultiHeadAttention(32, 8, h_kv=h_kv), lambda: Block(32, 8, h_kv=h_kv),
-                  lambda: GPT(10, 32, 8, 1, h_kv=h_kv), lambda: attention_params(32, 8, h_kv)):
+                  lambda: GPT(GPTConfig(10, 32, 8, 1, h_kv=h_kv)), lambda: attention_params(32, 8, h_kv)):
         with pytest.raises(ValueError) as e:
             build()
         for f in fragments:
@@ -283,8 +283,8 @@ def test_a_cache_with_the_wrong_head_count_is_rejected_naming_both():
 
 
 def test_gpt_caches_with_the_wrong_head_count_are_rejected():
-    model = GPT(10, 16, 4, 2, h_kv=1)
-    full = GPT(10, 16, 4, 2)
+    model = GPT(GPTConfig(10, 16, 4, 2, h_kv=1))
+    full = GPT(GPTConfig(10, 16, 4, 2))
     caches = [KVCache() for _ in full.blocks]
     ids = torch.zeros(1, 3, dtype=torch.long)
     with torch.no_grad():
@@ -295,7 +295,7 @@ def test_gpt_caches_with_the_wrong_head_count_are_rejected():
 
 
 def test_gpt2_has_no_grouped_query_attention():
-    model = GPT(10, 16, 4, 1, max_T=8, h_kv=2)
+    model = GPT(GPTConfig(10, 16, 4, 1, max_T=8, h_kv=2))
     with pytest.raises(ValueError, match=r"h_kv=2.*h=4"):
         to_gpt2(model)
 

@@ -15,8 +15,10 @@ from attnlib.induction import (
     induction_targets,
     load_models,
     previous_token_score,
+    qk_weights,
     repeated_blocks,
     stored_losses,
+    stored_recipe,
     train_induction,
 )
 
@@ -178,6 +180,37 @@ def test_training_replays_the_stored_loss_curve(seed):
     stored = stored_losses()[seed]
     assert len(stored) == CONFIG["steps"]
     assert losses == pytest.approx(stored[:N_REPLAY], abs=1e-4)
+
+
+def test_qk_weights_with_one_stream_are_the_blocks_own_weights(shipped):
+    models, ids = shipped
+    model = models[SEEDS[0]]
+    X = model.hidden_states(ids[:4])
+    for l, block in enumerate(model.blocks):
+        torch.testing.assert_close(qk_weights(block, X[l], X[l]), head_weights(model, ids[:4])[l])
+    with pytest.raises(ValueError, match="one shape"):
+        qk_weights(model.blocks[1], X[1], X[1][:, :5])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_induction_heads_keys_read_the_first_blocks_heads(shipped, seed):
+    """K-composition as book/trained_heads states it: with the keys reading the stream whose first block's heads
+    were zeroed, the induction heads score about what a uniform table does; with the queries reading it, more
+    than four times that."""
+    models, ids = shipped
+    model = models[seed]
+    induction = head_scores(model, ids)[1, :, 1] > 0.5
+    X_1 = model.hidden_states(ids)[1]
+    with ablate_heads(model, [(0, n) for n in range(model.config.h)]):
+        X_off = model.hidden_states(ids)[1]
+    keys_off, queries_off = (induction_score(qk_weights(model.blocks[1], X_q, X_k), ids).mean(0)[induction].mean()
+                             for X_q, X_k in [(X_1, X_off), (X_off, X_1)])
+    assert keys_off < 0.08 and queries_off > 4 * keys_off
+
+
+def test_the_weights_file_records_the_recipe_they_were_trained_with():
+    """book/trained_heads prints the stored recipe: it is CONFIG, the model's fields and the training run's."""
+    assert stored_recipe() == CONFIG
 
 
 @pytest.mark.parametrize("seed", SEEDS)

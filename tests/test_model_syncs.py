@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from attnlib import GPT, pad_prompts
+from attnlib import GPT, GPTConfig, pad_prompts
 
 SYNCS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "aminmax"}
 
@@ -46,7 +46,7 @@ def test_the_counter_sees_every_kind_of_read():
 
 def _model(pos):
     torch.manual_seed(0)
-    return GPT(vocab_size=11, d_model=16, h=4, L=2, max_T=24, pos=pos).eval()
+    return GPT(GPTConfig(vocab_size=11, d_model=16, h=4, L=2, max_T=24, pos=pos)).eval()
 
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope"])

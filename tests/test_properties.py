@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlib import GPT, Block, MultiHeadAttention, apply_rope, attention, attention_weights
+from attnlib import GPT, Block, GPTConfig, MultiHeadAttention, apply_rope, attention, attention_weights
 
 settings.register_profile("course", max_examples=25, deadline=None, derandomize=True)
 settings.load_profile("course")
@@ -63,7 +63,7 @@ def test_changing_a_future_position_never_changes_an_earlier_output_modules(kind
 def test_changing_a_future_token_never_changes_earlier_logits_of_the_stack(pos, seed, T, data):
     t = data.draw(st.integers(1, T - 1))
     torch.manual_seed(seed)
-    model = GPT(20, 16, 2, 2, max_T=16, pos=pos).double()
+    model = GPT(GPTConfig(20, 16, 2, 2, max_T=16, pos=pos)).double()
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 20, (1, T), generator=g)
     ids2 = ids.clone()
@@ -107,7 +107,7 @@ def test_without_positions_or_mask_attention_is_permutation_equivariant(seed, T,
 def test_a_stack_without_positions_or_mask_is_permutation_equivariant(seed, T, data):
     perm = torch.tensor(data.draw(st.permutations(range(T))))
     torch.manual_seed(seed)
-    model = GPT(20, 16, 2, 2, max_T=16, pos=None, causal=False).double()
+    model = GPT(GPTConfig(20, 16, 2, 2, max_T=16, pos=None, causal=False)).double()
     ids = torch.randint(0, 20, (2, T), generator=torch.Generator().manual_seed(seed))
     torch.testing.assert_close(model(ids[:, perm]), model(ids)[:, perm])
 

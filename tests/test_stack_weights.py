@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnlib import GPT
+from attnlib import GPT, GPTConfig
 from attnlib.train import (
     CONFIG,
     SEED_TABLE,
@@ -108,7 +108,7 @@ def test_train_stop_runs_the_start_of_the_same_schedule():
     runs = []
     for steps, stop in ((6, None), (12, 6)):
         torch.manual_seed(0)
-        model = GPT(tok.vocab_size, d_model=8, h=2, L=1, max_T=16)
+        model = GPT(GPTConfig(tok.vocab_size, d_model=8, h=2, L=1, max_T=16))
         runs.append(train(model, train_data, steps=steps, T=8, B=2, lr=1e-2, seed=0, stop=stop))
     assert len(runs[1]) == 6
     assert runs[0][0] == runs[1][0]       # the same first step

@@ -32,7 +32,7 @@ __all__ = [
     "require_divisible", "require_positive", "require_nonnegative", "require_number", "require_flags",
     "require_choice", "require_callable", "require_device", "require_dtype", "require_ids", "require_id_list",
     "require_targets", "require_pieces", "require_labels", "require_cache", "require_caches", "require_axis",
-    "require_kv_heads", "require_is_pad", "require_mask", "require_positions",
+    "require_kv_heads", "require_is_pad", "require_mask", "require_positions", "require_weights",
 ]
 
 
@@ -622,6 +622,15 @@ def require_readable(x: torch.Tensor, name: str) -> torch.Tensor:
         raise ValueError(f"{name} is a meta tensor, which holds no values to read: expected {name} on a device "
                          "such as 'cpu' or 'cuda'")
     return x
+
+
+def require_weights(model, name: str = "model"):
+    """A model whose weights hold values: not on the ``meta`` device, which has shapes but no numbers."""
+    p = next(model.parameters(), None)
+    if p is not None and p.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds no weights to compute with: expected a model "
+                         "on a device such as 'cpu' (model.to_empty(device='cpu'), then load its weights)")
+    return model
 
 
 def require_positions_on(positions, T: int, device: torch.device, *, batch: int | None, name: str = "positions",

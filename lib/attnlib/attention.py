@@ -76,6 +76,8 @@ def _sliding_window_mask_args(T_q, T_k, window, dtype, device) -> dict:
 def _combine_masks_args(mask, T_q, T_k, causal, device) -> dict:
     T_q, T_k = require_positive(T_q=T_q, T_k=T_k)
     causal, = require_flags(causal=causal)
+    if causal and T_k < T_q:
+        raise ValueError(f"T_k={T_k} must be at least T_q={T_q} for a causal mask: every query needs its own key")
     if mask is None:
         require_fits("this mask", {f"T_q={T_q}, T_k={T_k}": T_q * T_k}, what="numbers",
                      device=None if device is None else require_device(device))

@@ -8,9 +8,12 @@ arguments of ``scaled_dot_product_attention``). Where looking cannot tell, it pr
 token (at several lengths: a mask can be right at one length only), change each sequence of a batch in turn and
 watch every other one (earlier and later), feed a batch that begins as padding does (NaN there, where the code's
 own mask empties a row, is nan-empty-row), run a float16 and a bfloat16 copy, give it large scores, and, for a
-core, ask for a cached step (fewer queries than keys). Weights that multiply the tensor the scores used as keys are
-weights-times-K in a core (its V is given) and, in a layer or model, only when the code also made a value tensor of
-that size that it never used: attention with no projections, whose values are its keys, is correct.
+core, ask for a cached step (fewer queries than keys); the trace is read again at the longest length (a prompt read
+in chunks through a cache has fewer queries than keys there only). A module runs in its own mode, train or eval,
+every call from the same random seed, and its buffers are put back afterwards. Weights that multiply the tensor the
+scores used as keys are weights-times-K in a core (its V is given) and, in a layer or model, only when the code also
+made a value tensor of that size that it never used: attention with no projections, whose values are its keys, is
+correct.
 
 Kinds:
 - ``"core"``: ``obj(Q, K, V) -> O``, Q (B, h, T_q, d_k), K (B, h, T_k, d_k), V (B, h, T_k, d_v); with T_q < T_k
@@ -22,12 +25,13 @@ Kinds:
 
 Labels (``Finding.label``): leak, batch-mixing, mask-offset, mask-convention, mask-after-softmax, softmax-axis,
 weights-times-K, scale, nan-empty-row, half-precision, unstable, and three more: head-split (a changed token moves
-other rows of the queries that reach the score table), cached-step (a core that fails, or computes something else,
-when T_q < T_k) and nan (NaN on ordinary float32 input, with no empty row to blame). :data:`LABELS` gives each
-label's question and meaning.
+other rows of the queries that reach the score table, though not the rows of the first projection's input),
+cached-step (a core that fails, or computes something else, when T_q < T_k) and nan (NaN on ordinary float32
+input, with no empty row to blame). :data:`LABELS` gives each label's question and meaning.
 
-The audit page's exercise checker is ``attnlib.checks.check_audit_prediction`` (in ``checks/audit.py``, on the
-checkers' engine like every other checker).
+The audit page's exercise checkers are ``attnlib.checks.check_audit_labels`` (predict the labels for a given core)
+and ``check_audit_prediction`` (plant a bug, predict its labels), in ``checks/audit.py``, on the checkers' engine
+like every other checker.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ._validate import _show, boundary, require_choice, require_positive
+from ._validate import _show, boundary, require_choice, require_fits, require_positive
 from .checks._core import _close
 
 __all__ = ["audit", "Report", "Finding", "LABELS"]
@@ -60,8 +64,8 @@ LABELS = {
     "scale": (None, "the scores are scaled by something other than 1/√d_k"),
     "nan-empty-row": (3, "a query the code's own mask leaves with no key gives NaN"),
     "nan": (None, "ordinary float32 input gives NaN"),
-    "half-precision": (None, "float16 or bfloat16 input gives NaN or inf where float32 is finite"),
-    "unstable": (None, "large float32 scores (|s| ≥ 100) overflow"),
+    "half-precision": (None, "float16 or bfloat16 input raises, or gives NaN or inf where float32 is finite"),
+    "unstable": (None, "float32 scores of 100 or more given to softmax overflow without the max subtraction"),
     "head-split": (1, "the queries that reach the score table mix positions (heads split without a transpose)"),
     "cached-step": (3, "a cached step (T_q < T_k) fails or differs from the full computation's last rows"),
 }
@@ -133,7 +137,7 @@ def _finding(label: str, message: str) -> Finding:
 
 _SOFTMAX = {torch.softmax, F.softmax, torch.Tensor.softmax, torch.special.softmax}
 _MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm, torch.einsum,
-           torch.baddbmm}
+           torch.baddbmm, torch.Tensor.baddbmm}
 _FILL = {torch.Tensor.masked_fill, torch.Tensor.masked_fill_, torch.masked_fill, torch.where}
 _SCALAR = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul, torch.mul, torch.Tensor.__imul__,
            torch.Tensor.mul_, torch.Tensor.__truediv__, torch.Tensor.div, torch.div, torch.Tensor.__itruediv__,
@@ -161,7 +165,7 @@ class _Recorder(TorchFunctionMode):
     """Records the torch calls that the audit reads (outermost calls only: torch's own insides are not seen)."""
 
     WATCH = _SOFTMAX | _MATMUL | _FILL | _SCALAR | _SAME | _TO_BOOL | {_SDPA, torch.Tensor.__add__,
-                                                                     torch.Tensor.__iadd__, torch.add}
+                                                                     torch.Tensor.__iadd__, torch.add, F.linear}
 
     def __init__(self):
         super().__init__()
@@ -190,9 +194,61 @@ def _tensor_args(call: _Call) -> list[torch.Tensor]:
         found = [a for a in (call.args[1:] if len(call.args) > 1 else []) for a in (a if isinstance(a, (list, tuple))
                                                                                      else [a])
                  if isinstance(a, torch.Tensor)]
-    if call.func is torch.baddbmm:
+    if call.func in (torch.baddbmm, torch.Tensor.baddbmm):
         found = found[1:3]
     return found
+
+
+def _product_factor(call: _Call) -> float:
+    """The factor a product applies itself: baddbmm's alpha (beta·input is an added bias, such as ALiBi's)."""
+    alpha = call.kwargs.get("alpha", 1) if call.func in (torch.baddbmm, torch.Tensor.baddbmm) else 1
+    return float(alpha)
+
+
+def _einsum_specs(call: _Call, ops: list[torch.Tensor]) -> tuple[str, str, str] | None:
+    """An einsum's two operand subscripts and its output's, when they are plain letters; None otherwise."""
+    eq = call.args[0] if call.func is torch.einsum and isinstance(call.args[0], str) else None
+    if eq is None or "->" not in eq or "." in eq:
+        return None
+    ins, out = eq.replace(" ", "").split("->")
+    ins = ins.split(",")
+    if len(ins) != 2 or len(ins[0]) != ops[0].dim() or len(ins[1]) != ops[1].dim():
+        return None
+    return ins[0], ins[1], out
+
+
+def _laid(t: torch.Tensor, spec: str, row: str, tail: list[str]) -> torch.Tensor | None:
+    """t, of einsum subscripts spec, permuted to (the other axes…, row, tail) with the tail axes flattened."""
+    if row not in spec or not tail or row in tail:
+        return None
+    order = [x for x in spec if x != row and x not in tail] + [row] + tail
+    return t.permute([spec.index(x) for x in order]).flatten(-len(tail))
+
+
+def _rows_and_keys(call: _Call, ops: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two operands of a score product laid out as (…, T_q, d) and (…, T_k, d): an einsum's operands are
+    permuted by its equation ("bqhd,bkhd->bhqk" holds the positions on axis 1), a matmul's second is transposed."""
+    a, b = ops
+    specs = _einsum_specs(call, ops)
+    if specs is None or len(specs[2]) < 2:
+        return a, b.mT
+    sa, sb, out = specs
+    summed = [x for x in sa if x in sb and x not in out]
+    q, k = _laid(a, sa, out[-2], summed), _laid(b, sb, out[-1], summed)
+    return (a, b.mT) if q is None or k is None else (q, k)
+
+
+def _values_laid(call: _Call, ops: list[torch.Tensor], weights_first: bool) -> torch.Tensor:
+    """The operand that the weights multiply, laid out as (…, T_k, d_v), so that it compares with the keys: an
+    einsum's ("bhqk,bkhd->bqhd") by its equation, a matmul's as it is."""
+    specs = _einsum_specs(call, ops)
+    other = ops[1] if weights_first else ops[0]
+    if specs is None:
+        return other
+    sw, sv = (specs[0], specs[1]) if weights_first else (specs[1], specs[0])
+    summed = [x for x in sw if x in sv and x not in specs[2]]
+    laid = _laid(other, sv, summed[0], [x for x in sv if x not in sw]) if len(summed) == 1 else None
+    return other if laid is None else laid
 
 
 class _Trace:
@@ -264,6 +320,12 @@ def _scalar_factor(c: _Call) -> float | None:
     if not isinstance(s, (int, float)) or s == 0:
         return None
     return 1.0 / s if c.func in _DIVIDE and c.args[0] is big[0] else float(s)
+
+
+def _seeded(fn, *args):
+    """fn(*args) from one fixed random seed: a module in train mode drops the same entries at every call."""
+    torch.manual_seed(0)
+    return fn(*args)
 
 
 def _traced(fn, *args):
@@ -359,7 +421,9 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
             _, fq, _ = trace.origin(q, idx)
             _, fk, _ = trace.origin(k, idx)
             total = used * fq * fk
-            facts["max_score"] = max(facts["max_score"], float((q.double() @ k.double().mT).abs().max()) * total)
+            groups = q.shape[-3] // k.shape[-3] if q.dim() > 2 and k.dim() > 2 and k.shape[-3] else 1
+            k_all = k.repeat_interleave(groups, -3) if groups > 1 else k   # enable_gqa: a K head per query group
+            facts["max_score"] = max(facts["max_score"], float((q.double() @ k_all.double().mT).abs().max()) * total)
             if abs(total * math.sqrt(d_k) - 1) > 1e-3:
                 found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)}; scaled dot-product "
                                       f"attention needs 1/√d_k = 1/√{d_k} (scaled_dot_product_attention's own "
@@ -432,13 +496,15 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
                     break
                 _, fa, _ = trace.origin(ops[0], j)
                 _, fb, _ = trace.origin(ops[1], j)
-                total, d_k = c_post * fa * fb, ops[0].shape[-1]
-                facts["max_score"] = max(facts["max_score"], float((S[keep] * total).abs().max()))
+                rows, keys = _rows_and_keys(m, ops)
+                alpha = _product_factor(m)
+                total, d_k = c_post * alpha * fa * fb, rows.shape[-1]
+                facts["max_score"] = max(facts["max_score"], float((S[keep] / alpha * total).abs().max()))
                 if abs(total * math.sqrt(d_k) - 1) > 1e-3:
                     found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)} between QKᵀ "
                                           f"and softmax; scaled dot-product attention needs 1/√d_k = 1/√{d_k}."))
-                score_K.append(ops[1].mT)
-                facts["queries"].append(ops[0])
+                score_K.append(keys)
+                facts["queries"].append(rows)
                 break
             continue
         if c.func in _FILL or (c.func in _SCALAR and _scalar_factor(c) is None):
@@ -460,12 +526,13 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
             for a, b in (ops, ops[::-1]):
                 if trace.from_softmax(a, idx):
                     partner, _, _ = trace.origin(b, idx, through_scalars=False)
+                    laid = _values_laid(c, ops, a is ops[0])
                     keys = [t for t in score_K + [K_in] if t is not None]
                     values = [t for t in [V_in] if t is not None]
                     def same(x, y):
                         return x.shape == y.shape and torch.equal(x.detach(), y.detach())
-                    if any(same(b, k) or same(partner, k) for k in keys) and not any(
-                            same(b, v) or same(partner, v) for v in values) and (
+                    if any(same(b, k) or same(partner, k) or same(laid, k) for k in keys) and not any(
+                            same(b, v) or same(partner, v) or same(laid, v) for v in values) and (
                             V_in is not None or trace.unread_like(b)):
                         found.append(_finding("weights-times-K", f"{where}: the weights P multiply the keys K, "
                                               "not the values V" + ("." if V_in is not None else
@@ -575,14 +642,14 @@ class _Subject:
 
     def call(self, *args):
         try:
-            result = self.obj(*args)
+            result = _seeded(self.obj, *args)
         except Exception as e:   # the object's own failure, said where it happened
             raise RuntimeError(f"audit: calling the {self.kind} on {self.describe(*_bt(self, args))} raised "
                                f"{type(e).__name__}: {e}") from e
         return _first_tensor(result, self.kind)
 
     def trace(self, *args):
-        out, trace = _traced(self.obj, *args)
+        out, trace = _traced(_seeded, self.obj, *args)
         return _first_tensor(out, self.kind), trace
 
     def change_from(self, args, pos: int):
@@ -698,8 +765,12 @@ def _probe_head_split(s: _Subject) -> Finding | None:
     """Change only the last token: the queries that reach the first score table may change in their last row only."""
     T = min(4, s.max_T)
     args = s.inputs(1, T)
-    before = _read(s.trace(*args)[1], "", None)[1]["queries"]
-    after = _read(s.trace(*s.change_from(args, T - 1))[1], "", None)[1]["queries"]
+    traces = s.trace(*args)[1], s.trace(*s.change_from(args, T - 1))[1]
+    projected = [next((c.args[0] for c in t.calls if c.func is F.linear), None) for t in traces]
+    if all(isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == T for x in projected) and any(
+            _differs(projected[0][:, i], projected[1][:, i]) for i in range(T - 1)):
+        return None   # the positions are mixed before the first projection (a norm or a convolution over time)
+    before, after = (_read(t, "", None)[1]["queries"] for t in traces)
     if not before or not after or before[0].shape != after[0].shape or before[0].shape[-2] != T:
         return None
     rows = [i for i in range(T - 1) if _differs(before[0][..., i, :], after[0][..., i, :])]
@@ -800,7 +871,7 @@ def _probe_half(s: _Subject, args, base) -> tuple[Finding | None, str | None]:
             return None, "half precision (not a module)"
         low = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
         try:
-            out = _first_tensor(obj(*low), s.kind)
+            out = _first_tensor(_seeded(obj, *low), s.kind)
         except Exception as e:  # noqa: BLE001 - a failure in half precision is the finding
             return _finding("half-precision", f"with {s.describe(*_bt(s, args))} in {name} the code raises "
                             f"{type(e).__name__}, where float32 runs."), None
@@ -834,16 +905,16 @@ def _probe_unstable(s: _Subject, max_score: float) -> tuple[Finding | None, str 
     try:
         out, trace = s.trace(*args)
     except Exception as e:  # noqa: BLE001 - a failure on large scores is the finding
-        return _finding("unstable", f"with {s.describe(1, T)} scaled so that scores reach |s| ≥ 100 the code "
-                        f"raises {type(e).__name__}."), None
+        return _finding("unstable", f"with {s.describe(1, T)} scaled so that score entries reach 100 in size, "
+                        f"the code raises {type(e).__name__}."), None
     if s.kind == "layer":
         _, facts = _read(trace, "", None)
         if max(facts["max_score"], facts["max_product"]) < 100:
             return None, "large scores (not reached)"
     if not _finite(out):
-        return _finding("unstable", f"with {s.describe(1, T)} scaled so that scores reach |s| ≥ 100, the output "
-                        "holds NaN or inf: exp of a large score overflows unless the row's maximum is subtracted "
-                        "first."), None
+        return _finding("unstable", f"with {s.describe(1, T)} scaled so that score entries reach 100 in size, "
+                        "the output holds NaN or inf: exp of a large score overflows unless the row's maximum is "
+                        "subtracted first."), None
     return None, None
 
 
@@ -883,6 +954,9 @@ def _audit_args(obj, kind, sizes):
     if not callable(obj):
         raise TypeError(f"audit: obj must be the attention code to call (a function or an nn.Module), "
                         f"got {_show(obj)}")
+    if isinstance(obj, type):
+        raise TypeError(f"audit: obj must be an instance to call, e.g. {obj.__name__}(...) built with its sizes, got "
+                        f"the class {obj.__name__} itself")
     allowed = _SIZES[kind]
     extra = sorted(set(sizes) - set(allowed))
     if extra:
@@ -898,6 +972,8 @@ def _audit_args(obj, kind, sizes):
         full["d_v"] = full["d_k"] + 4   # V's width differs from d_k, so a scale by √d_v is seen and named
     if full["max_T"] < 2:
         raise ValueError(f"max_T must be at least 2 (a leak needs two positions), got {full['max_T']}")
+    T, width = full["max_T"], full.get("d_model") or full.get("vocab_size") or 2 * full["d_k"] + full["d_v"]
+    require_fits("audit", {f"max_T={T}": full.get("h", 1) * T * (T + width)}, what="numbers")   # inputs, scores
     return {"kind": kind, "sizes": full}
 
 
@@ -909,25 +985,32 @@ def audit(obj, kind: str = "core", **sizes) -> Report:
     ``kind="layer"``: obj(X) → Y, X and Y (B, T, d_model) (or a tuple whose first item is Y); needs ``d_model``.
     ``kind="model"``: obj(ids) → logits (B, T, vocab_size) (or ``.logits``, or a tuple); needs ``vocab_size``.
 
-    An ``nn.Module`` is run in eval mode (its modes are restored afterwards): dropout would make the probes random.
-    So what the object does only in training mode (BatchNorm's batch statistics, which mix the sequences of a
-    batch) is not seen; the report's "looked at" line says so.
+    An ``nn.Module`` is audited in the mode it is in, as it would run: in train mode BatchNorm's batch statistics
+    mix the sequences of a batch, and that is found; in eval mode it is not there to find. Every call starts from
+    the same random seed, so dropout drops the same entries each time and the probes compare like with like; the
+    object's buffers (BatchNorm's running statistics) are put back afterwards. The report's "looked at" line says
+    which mode was audited.
     """
     s = _Subject(obj, kind, sizes)
     report = Report(kind)
-    modules = [m for m in ([obj] if isinstance(obj, nn.Module) else []) for m in m.modules()]
-    training = [m.training for m in modules]
-    for m in modules:
-        m.training = False
+    modules = list(obj.modules()) if isinstance(obj, nn.Module) else []
+    saved = [(m, name, b.detach().clone()) for m in modules for name, b in m.named_buffers(recurse=False)]
+    devices = [s.device.index or 0] if s.device.type == "cuda" else []
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
             _run(s, report)
         if modules:
-            report.looked_at.append("all of it with the object in eval mode (train-mode behaviour, such as "
-                                    "BatchNorm's batch statistics, not seen)")
+            mode = ("train mode, as given (each call with the same random seed)" if any(m.training for m in modules)
+                    else "eval mode, as given (train-mode behaviour, such as BatchNorm's batch statistics, not seen)")
+            report.looked_at.append(f"all of it with the object in {mode}")
     finally:
-        for m, t in zip(modules, training):
-            m.training = t
+        with torch.no_grad():
+            for m, name, value in saved:   # in place where the buffer is still the same size, else put back
+                b = m._buffers.get(name)
+                if b is not None and b.shape == value.shape and b.dtype == value.dtype:
+                    b.copy_(value)
+                else:
+                    m._buffers[name] = value
     return report
 
 
@@ -1019,4 +1102,13 @@ def _run(s: _Subject, report: Report) -> None:
         report.looked_at.append("large scores" if not skipped else f"not {skipped}")
     if unstable:
         found.append(unstable)
+    if s.max_T > T:   # the trace again at the longest length: code that reads a prompt in chunks through a cache
+        long = s.inputs(1, s.max_T)   # calls SDPA with fewer queries than keys only when the prompt is long
+        core = long if s.kind == "core" else (None, None, None)
+        try:
+            found += _read(s.trace(*long)[1], f"with {s.describe(1, s.max_T)}", s.sizes.get("d_model"),
+                           core[1], core[2], core[0])[0]
+        except Exception:  # noqa: BLE001 - the probes above already ran it at this length
+            pass
+        report.looked_at.append(f"the trace at T={s.max_T}")
     report.findings = _unique(found)

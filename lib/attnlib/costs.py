@@ -262,7 +262,9 @@ def _wait(device: torch.device | None) -> None:
 
 
 def time_fn(fn: Callable[[], object], *, repeat: int = 10, warmup: int = 2, device=None) -> list[float]:
-    """Seconds of each of ``repeat`` calls of ``fn()`` after ``warmup`` untimed calls (GPU-synchronised)."""
+    """Seconds of each of ``repeat`` calls of ``fn()`` after ``warmup`` untimed calls (GPU-synchronised).
+
+    It takes as long as ``repeat + warmup`` calls of ``fn`` take: nothing bounds ``repeat`` but your patience."""
     require_callable(fn)
     return time_interleaved({"fn": fn}, repeat=repeat, warmup=warmup, device=device)["fn"]
 

@@ -49,6 +49,10 @@ def _forward_args(self, ids) -> None:
 def _running_X0_args(d_model, seed) -> dict:
     d_model, = require_positive(d_model=d_model)
     seed, = require_nonnegative(seed=seed)
+    from .text import ToyTokenizer, example_ids
+
+    T, V = len(example_ids()[1]), ToyTokenizer().vocab_size
+    require_fits("running_X0", {f"d_model={d_model}": (V + 3 * T) * d_model}, what="numbers")
     return {"d_model": d_model, "seed": seed}
 
 

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ._validate import (
+    _show,
     boundary,
     require_choice,
     require_flags,
@@ -119,6 +120,20 @@ def _weights_args(self, layer, head, scaled, causal, temperature):
     scaled, causal = require_flags(scaled=scaled, causal=causal)
     return {**_layer_head(layer, head, self._data["L"], self._data["h"]), "scaled": scaled, "causal": causal,
             "temperature": require_number(temperature, "temperature", above=0)}
+
+
+_EXPLORER_KEYS = ("tokens", "labels", "d_k", "L", "h", "T", "S", "controls", "state", "words")
+
+
+def _explorer_args(self, data):
+    """The payload :func:`explore` builds (the figure is made by explore, not by hand)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"data must be the payload explore() builds (a dict), got {_show(data)}; make the figure "
+                        "with explore(S, tokens, d_k)")
+    missing = [k for k in _EXPLORER_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"data must hold the keys explore() writes, {list(_EXPLORER_KEYS)}, got keys "
+                         f"{sorted(data)[:12]} (missing {missing}); make the figure with explore(S, tokens, d_k)")
 
 
 def _explore_args(S, tokens, d_k, title, controls, scaled, causal, temperature, layer, head, query, layer_label):
@@ -271,6 +286,10 @@ def _table_box(label: str, table: str) -> str:
 class AttentionExplorer(_Figure):
     """An interactive attention figure: see :func:`explore`. Displays itself as HTML in a notebook."""
 
+    @boundary(_explorer_args)
+    def __init__(self, data: dict):
+        super().__init__(data)
+
     @property
     def scores(self) -> torch.Tensor:
         """The raw scores S = Q Kᵀ exactly as stored in the page: float64 (L, h, T, T), 4 decimals."""
@@ -360,7 +379,7 @@ def _help_html() -> str:
 
 def _label(L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:
     """The heatmap's label, from WORDS (the script fills in the same words when the block or head changes)."""
-    which = (WORDS["ofLayer"].format(layerLabel=layer_label, layer=layer, head=head) if L > 1 else
+    which = (WORDS["ofLayer"].format(layerLabel=layer_label, layer=layer + 1, head=head) if L > 1 else   # blocks 1 … L
              (WORDS["ofHead"].format(head=head) if h > 1 else ""))
     return WORDS["label"].format(which=which, T=T)
 
@@ -387,7 +406,8 @@ def explore(S, tokens: list[str], d_k: int, *, title: str = "", controls=(), sca
     or (L, h, T, T) for every head of L blocks (a menu for the block and the head appears when there are
     several). tokens: T labels. d_k: the width of the dot products (d_head for a multi-head layer).
     controls: any of "scale" (a √d_k switch), "mask" (a causal-mask switch), "temperature" (a τ slider).
-    scaled, causal, temperature, layer, head: what the figure shows first. query: the query whose lines are
+    scaled, causal, temperature, layer, head: what the figure shows first (layer as `model.blocks` indexes it: the
+    menu shows it as block layer + 1). query: the query whose lines are
     drawn first (default: the last position, T − 1). layer_label: the menu's word for a layer.
     """
     S = torch.as_tensor(S).detach().to("cpu", torch.float64)     # raw scores, as float64 on the CPU

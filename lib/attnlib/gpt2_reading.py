@@ -42,6 +42,7 @@ from ._validate import (
     require_nonnegative,
     require_positive,
     require_readable,
+    require_weights,
 )
 from .reading import Place, _line_changed_args, find_line, line_changed, show_code
 
@@ -125,6 +126,7 @@ def _require_eager(model) -> None:
 
     if not isinstance(model, GPT2LMHeadModel):
         raise TypeError(f"model must be a transformers GPT2LMHeadModel, got {type(model).__name__}")
+    require_weights(model)
     if model.config._attn_implementation != "eager":
         raise ValueError(f"the source read here is GPT-2's eager attention: build the model with "
                          f"attn_implementation=\"eager\", got {model.config._attn_implementation!r}")
@@ -324,12 +326,25 @@ def _watching(model) -> Iterator[tuple[_Blocks, list[_Call]]]:
         yield blocks, calls
 
 
+def _answers_args(self) -> None:
+    for name in ("passed", "found"):
+        if not isinstance(getattr(self, name), dict):
+            raise TypeError(f"{name} must be a dict of question → answer, got {_show(getattr(self, name))}")
+    for q, ok in self.passed.items():
+        if not isinstance(ok, bool):
+            raise TypeError(f"passed[{q!r}] must be True or False, got {_show(ok)}")
+
+
 @dataclass
 class Answers:
     """What :func:`ask_gpt2` measured: for each question, whether its check passed, and what it found."""
 
     passed: dict[int, bool]
     found: dict[int, str]
+
+    @boundary(_answers_args)
+    def __post_init__(self):
+        """passed and found are checked by the spec: dicts, passed's values True or False."""
 
     def failed(self) -> list[int]:
         return [q for q, ok in self.passed.items() if not ok]

@@ -37,7 +37,7 @@ from ._validate import (
 from .attention import attention, causal_mask, combine_masks
 from .position import apply_rope
 
-__all__ = ["split_heads", "merge_heads", "repeat_kv", "KVCache", "MultiHeadAttention"]
+__all__ = ["split_heads", "merge_heads", "multi_head_attention", "repeat_kv", "KVCache", "MultiHeadAttention"]
 
 
 # ------------------------------------------------------------------------------------------ argument specs
@@ -56,6 +56,17 @@ def _merge_heads_args(x) -> None:
     require_shape(x, "x", "B h T d_head")
 
 
+def _multi_head_attention_args(X, W_QKV, W_O, h) -> dict:
+    m = require_shape(X, "X", "B T d_model")["d_model"]
+    require_shape(W_QKV, "W_QKV", "d_model 3·d_model", **{"d_model": m, "3·d_model": 3 * m})
+    require_shape(W_O, "W_O", "d_model d_model", d_model=m)
+    require_same(X, W_QKV, "X", "W_QKV")
+    require_same(X, W_O, "X", "W_O")
+    h, = require_positive(h=h)
+    require_divisible(m, h)
+    return {"h": h}
+
+
 def _repeat_kv_args(x, n_rep) -> dict:
     require_shape(x, "x", "B h_kv T d_head")
     n_rep, = require_positive(n_rep=n_rep)
@@ -69,7 +80,9 @@ def _kv_cache_args(self) -> None:
 
 
 def _extend_args(self, K_new, V_new) -> None:
-    d = require_shape(K_new, "K_new", "B h T_new d_head")   # h here: the layer's h_kv key/value heads
+    require_cache(self, "cache")
+    held = {} if self.K is None else dict(zip(("B", "h", "d_head"), self.K.shape[:2] + self.K.shape[3:]))
+    d = require_shape(K_new, "K_new", "B h T_new d_head", **held)   # h here: the layer's h_kv key/value heads
     require_shape(V_new, "V_new", "B h T_new d_head", **d)
     require_same(K_new, V_new, "K_new", "V_new")
     require_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
@@ -121,23 +134,36 @@ def _mha_forward_args(self, x, causal, cache, return_weights, mask, positions) -
 
 @boundary(_split_heads_args)
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
-    """(B, T, d_model) → (B, h, T, d_head). The transpose matters: a plain reshape mixes positions."""
+    """(B, T, d_model) → (B, h, T, d_head). The transpose matters: a reshape alone mixes
+    positions."""
     B, T, d_model = x.shape
-    return x.reshape(B, T, h, d_model // h).transpose(1, 2)   # (B, T, h, d_head) → (B, h, T, d_head)
+    return x.reshape(B, T, h, d_model // h).transpose(1, 2)   # cut, then heads before T
 
 
 @boundary(_merge_heads_args)
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, h, T, d_head) → (B, T, h·d_head): heads concatenated side by side for every position."""
+    """(B, h, T, d_head) → (B, T, h·d_head): heads side by side for every position."""
     B, h, T, d_head = x.shape
-    return x.transpose(1, 2).reshape(B, T, h * d_head)   # (B, T, h, d_head) → (B, T, h·d_head)
+    return x.transpose(1, 2).reshape(B, T, h * d_head)   # T before heads, then join
+
+
+@boundary(_multi_head_attention_args)
+def multi_head_attention(X: torch.Tensor, W_QKV: torch.Tensor, W_O: torch.Tensor,
+                         h: int) -> torch.Tensor:
+    """Causal multi-head attention X (B, T, d_model) → (B, T, d_model), no biases:
+    W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_model), W_O (d_model, d_model).
+    :class:`MultiHeadAttention` takes the same steps, weights in nn.Linear layers."""
+    Q, K, V = (X @ W_QKV).chunk(3, dim=-1)            # project: each (B, T, d_model)
+    Q, K, V = (split_heads(t, h) for t in (Q, K, V))  # split: each (B, h, T, d_head)
+    out = attention(Q, K, V)                          # attend: all heads, causal
+    return merge_heads(out) @ W_O                     # merge: (B, T, d_model); mix: W_O
 
 
 @boundary(_repeat_kv_args)
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """(B, h_kv, T, d_head) → (B, h_kv·n_rep, T, d_head): each K or V head repeated n_rep times in a row.
 
-    Heads 0, 0, …, 1, 1, …: key/value head j serves query heads j·n_rep … (j+1)·n_rep − 1, the same as
+    Heads 0, 0, …, 1, 1, …: key/value head g serves query heads g·n_rep … (g+1)·n_rep − 1, the same as
     ``x.repeat_interleave(n_rep, dim=1)``. With n_rep = 1 it returns x itself.
     """
     if n_rep == 1:

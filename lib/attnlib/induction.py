@@ -33,8 +33,8 @@ from .train import _require_recipe_keys, _run_state, _save_runs, _timed_run, _we
 
 __all__ = [
     "CONFIG", "SEEDS", "WEIGHTS", "repeated_blocks", "head_weights", "previous_token_score",
-    "induction_targets", "induction_score", "head_scores", "half_losses", "ablate_heads",
-    "new_model", "train_induction", "load_models", "stored_losses",
+    "induction_targets", "induction_score", "head_scores", "qk_weights", "half_losses", "ablate_heads",
+    "new_model", "train_induction", "load_models", "stored_losses", "stored_recipe",
 ]
 
 # The recipe: the model, and the training run. vocab_size ≥ the longest block, so a block's tokens can all differ.
@@ -97,6 +97,17 @@ def head_weights(model: GPT, ids: torch.Tensor) -> torch.Tensor:
         _, P = block.attn(block.ln_1(X_l), causal=model.config.causal, return_weights=True)
         tables.append(P)
     return torch.stack(tables)
+
+
+@torch.no_grad()
+def qk_weights(block, X_q: torch.Tensor, X_k: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """Weights (B, h, T, T) of a Pre-Norm block's heads whose queries read the stream X_q and whose keys read
+    X_k, both (B, T, d_model) through the block's ln_1: which of two inputs each side needs."""
+    if X_q.shape != X_k.shape:
+        raise ValueError(f"X_q and X_k must have one shape, got {tuple(X_q.shape)} and {tuple(X_k.shape)}")
+    Q, _, _ = block.attn.qkv(block.ln_1(X_q))          # (B, h, T, d_head)
+    _, K, V = block.attn.qkv(block.ln_1(X_k))
+    return block.attn.attend_heads(Q, K, V, causal=causal, return_weights=True)[1]
 
 
 def _require_table(P) -> dict[str, int]:
@@ -167,7 +178,8 @@ def half_losses(model: GPT, ids: torch.Tensor) -> tuple[float, float]:
 @contextlib.contextmanager
 def ablate_heads(model: GPT, heads):
     """Within the ``with`` block, every (layer, head) pair in ``heads`` outputs zeros: the head's d_head
-    columns of the concatenated heads are zeroed before W_O mixes them."""
+    columns of the concatenated heads are zeroed before W_O mixes them. ``layer`` indexes ``model.blocks``, so
+    head n of block l (blocks numbered 1 … L) is the pair (l - 1, n)."""
     _require_gpt(model)
     if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(v, int) for v in heads):
         raise TypeError(f"heads must be a list of (layer, head) pairs, got the single pair {heads}; "
@@ -248,6 +260,12 @@ def load_models(path: str | Path = WEIGHTS) -> dict[int, GPT]:
         model.load_state_dict(_run_state(tensors, f"seed{seed}"))
         models[seed] = model.eval()
     return models
+
+
+def stored_recipe(path: str | Path = WEIGHTS) -> dict:
+    """The recipe the shipped models were trained with, as the weights file records it: a CONFIG-like dict, its
+    "model" a GPTConfig beside the training run's keys (n_min, n_max, B, steps, lr, weight_decay)."""
+    return _recipe_from_file(_metadata(path)["config"])
 
 
 def stored_losses(path: str | Path = WEIGHTS) -> dict[int, list[float]]:

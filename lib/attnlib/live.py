@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ._validate import _show, boundary
+from ._validate import _show, boundary, require_pieces, require_weights
 from .explore import VIEW_MODULES, WORDS, _asset, _Figure, _help_html, _script, _table_box
 from .text import CharTokenizer, labels
 
@@ -97,10 +97,7 @@ def _require_gpt(model, name: str = "model"):
 
     if not isinstance(model, GPT):
         raise TypeError(f"{name} must be an attnlib GPT, got {_show(model)}")
-    if model.embed.table.device.type == "meta":
-        raise ValueError(f"{name} is on the meta device, which holds no weights to copy: expected a model on a "
-                         "device such as 'cpu' (model.to_empty(device='cpu') and load its weights)")
-    return model
+    return require_weights(model, name)
 
 
 def _page_text_args(text, vocab):
@@ -139,6 +136,37 @@ def _page_model_args(data):
                          "[name, shape, offset]") from None
     if n != want:
         raise ValueError(f"data['weights'] holds {n} float16 numbers, but data['tensors'] describes {want}")
+    from .model import GPT
+
+    with torch.device("meta"):   # the shapes of the model the config builds, without its numbers
+        wanted = {k: list(v.shape) for k, v in GPT(_page_config(data)).state_dict().items()}
+    given = {name: list(shape) for name, shape, _ in data["tensors"]}
+    for name in [*given, *wanted]:
+        if wanted.get(name) != given.get(name):
+            expected = f"{name!r} of shape {wanted[name]}" if name in wanted else f"no tensor named {name!r}"
+            came = f"one of shape {given[name]}" if name in given else "none"
+            raise ValueError(f"data['tensors'] must describe the GPT that data['config'] builds: expected "
+                             f"{expected}, got {came}")
+
+
+def _page_config(data):
+    """The GPTConfig of a live figure's payload: chapter 8's kind of model over the payload's vocabulary."""
+    from .model import GPTConfig
+
+    c = data["config"]
+    return GPTConfig(vocab_size=len(data["vocab"]), d_model=c["d_model"], h=c["h"], L=c["L"], d_ff=c["d_ff"],
+                     max_T=c["max_T"], pos="rope", eps=c["eps"])
+
+
+def _live_model_args(self, model, vocab, text, title):
+    _require_gpt(model)
+    vocab = require_pieces(vocab, "vocab")
+    if len(vocab) != model.config.vocab_size:
+        raise ValueError(f"vocab must hold one piece per token of the model, vocab_size={model.config.vocab_size}, "
+                         f"got {len(vocab)}")
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise TypeError(f"text and title must be strings, got {type(text).__name__} and {type(title).__name__}")
+    return {"vocab": vocab}
 
 
 def _live_ids_args(self, text):
@@ -178,11 +206,9 @@ def page_model(data: dict):
 
     data: the figure's payload (``LiveModel.data``, or the JSON read back out of a rendered page).
     """
-    from .model import GPT, GPTConfig
+    from .model import GPT
 
-    c = data["config"]
-    model = GPT(GPTConfig(vocab_size=len(data["vocab"]), d_model=c["d_model"], h=c["h"], L=c["L"], d_ff=c["d_ff"],
-                          max_T=c["max_T"], pos="rope", eps=c["eps"]))
+    model = GPT(_page_config(data))
     raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<f2")
     state = {name: torch.from_numpy(raw[at:at + math.prod(shape)].astype(np.float32)).reshape(shape)
              for name, shape, at in data["tensors"]}
@@ -194,6 +220,7 @@ class LiveModel(_Figure):
     """The live figure: see :func:`live`. Displays itself as HTML in a notebook; ``nbytes`` counts its weights,
     scripts, style and text."""
 
+    @boundary(_live_model_args)
     def __init__(self, model, vocab: list[str], text: str, title: str):
         self.model = half_model(model)
         self.vocab = vocab

@@ -7,7 +7,7 @@ Each block has its own parameters: the structure repeats, the weights do not. Ev
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +18,7 @@ from ._validate import (
     boundary,
     require_caches,
     require_choice,
+    require_device,
     require_divisible,
     require_fits,
     require_flags,
@@ -67,25 +68,17 @@ def _config_fields(c: GPTConfig) -> dict:
                 eps=require_number(c.eps, "eps", above=0), h_kv=h_kv, d_head=d_head)
 
 
-def _as_config(config, sizes: tuple, options: dict) -> GPTConfig:
-    """GPT(config) → config; GPT(vocab_size, d_model, …, pos=…) → GPTConfig(vocab_size, d_model, …, pos=…),
-    and the same with every field by keyword."""
+def _require_config(config) -> GPTConfig:
+    """GPT is built from a GPTConfig, and from nothing else: one way, so that model.config is always what built it."""
+    if isinstance(config, GPTConfig):
+        return config
     if isinstance(config, Mapping):
-        raise TypeError(f"GPT takes a GPTConfig or the config's fields, got a {type(config).__name__}; "
-                        "write GPT(**fields) or GPT(GPTConfig(**fields))")
-    if config is None or not isinstance(config, GPTConfig):
-        options = dict(options)
-        d_head = options.pop("d_head", None)   # GPT(**dataclasses.asdict(config)) passes the derived d_head too
-        built = GPTConfig(**options) if config is None else GPTConfig(config, *sizes, **options)
-        if d_head is not None and d_head != built.d_head:
-            raise ValueError(f"d_head is derived, d_model / h = {built.d_model} / {built.h} = {built.d_head}, "
-                             f"got d_head={_show(d_head)}; leave it out")
-        return built
-    if sizes or options:
-        extra = [repr(v) for v in sizes] + [f"{k}={v!r}" for k, v in options.items()]
-        raise TypeError(f"GPT takes a GPTConfig alone, got a GPTConfig and {', '.join(extra)}; "
-                        f"write GPT(dataclasses.replace(config, ...))")
-    return config
+        hint = "GPT(GPTConfig(**fields))"
+    elif isinstance(config, GPT):
+        hint = "GPT(model.config)"
+    else:
+        hint = "GPT(GPTConfig(vocab_size, d_model, h, L, ...))"
+    raise TypeError(f"GPT takes a GPTConfig, got {_show(config)} ({type(config).__name__}); write {hint}")
 
 
 def _require_fits(c: GPTConfig) -> None:
@@ -101,10 +94,10 @@ def _require_fits(c: GPTConfig) -> None:
 # ------------------------------------------------------------------------------ the entry points' checks
 
 
-def _init_args(self, config, sizes, options) -> dict:
-    config = _as_config(config, sizes, options)
+def _init_args(self, config) -> dict:
+    config = _require_config(config)
     _require_fits(config)
-    return {"config": config, "sizes": (), "options": {}}
+    return {"config": config}
 
 
 def _require_model_ids(model: GPT, ids) -> torch.Tensor:
@@ -251,20 +244,28 @@ class GPTConfig:
             object.__setattr__(self, name, value)   # frozen: filled in once, here
 
 
+def _frozen_setattr(self, name, value):
+    """``config.h = 3`` says what to do instead: a config is checked once, when it is made."""
+    raise FrozenInstanceError(f"config.{name} cannot be set: a GPTConfig is frozen, checked once when it is made "
+                              f"(config.{name}={getattr(self, name, None)!r}); expected a new config, "
+                              f"dataclasses.replace(config, {name}={value!r}), got an assignment of {value!r}")
+
+
+GPTConfig.__setattr__ = _frozen_setattr   # replaces the dataclass's own, whose message names no way out
 _CONFIG_FIELDS = frozenset(f.name for f in fields(GPTConfig))
 
 
 class GPT(nn.Module):
     """A decoder-only Transformer built from a :class:`GPTConfig`.
 
-    ``GPT(config)``, or the config's fields directly: ``GPT(vocab_size, d_model, h, L, pos="rope", …)``
-    builds ``GPTConfig(vocab_size, d_model, h, L, pos="rope", …)`` once.
+    ``GPT(GPTConfig(vocab_size, d_model, h, L, pos="rope", …))``: the config is the one way to build it, and
+    ``model.config`` gives it back.
     """
 
     @boundary(_init_args)
-    def __init__(self, config: GPTConfig | int | None = None, /, *sizes, **options):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        c = self.config = _as_config(config, sizes, options)   # GPT(config) or GPT(vocab_size, d_model, …)
+        c = self.config = config
         self.embed = TokenEmbedding(c.vocab_size, c.d_model)                   # ids → X₀
         self.positions = LearnedPositions(c.max_T, c.d_model) if c.pos == "learned" else None
         self.blocks = nn.ModuleList(
@@ -283,6 +284,13 @@ class GPT(nn.Module):
                                  f"Build a new model: GPT(dataclasses.replace(model.config, {name}={value!r})), and "
                                  "copy the weights with load_state_dict(model.state_dict())")
         super().__setattr__(name, value)
+
+    def to(self, *args, **kwargs):
+        """``nn.Module.to``; a device this machine lacks ('cuda' without CUDA) is named here, not deep in torch."""
+        device = kwargs.get("device", next((a for a in args if isinstance(a, (str, torch.device))), None))
+        if device is not None:
+            require_device(device)
+        return super().to(*args, **kwargs)
 
     @boundary(_embed_args)
     def embed_tokens(self, ids: torch.Tensor, offset: int = 0, *,
@@ -313,7 +321,7 @@ class GPT(nn.Module):
         mask, positions = self._padding(is_pad, 0)
         X = [self.embed_tokens(ids, positions=positions)]
         for block in self.blocks:
-            X.append(block(X[-1], causal=self.config.causal, mask=mask, positions=positions))   # reads X_l, never X₀
+            X.append(block(X[-1], causal=self.config.causal, mask=mask, positions=positions))   # block l reads X_{l−1}
         return X
 
     @boundary(_forward_args)

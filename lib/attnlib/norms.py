@@ -15,9 +15,19 @@ from pathlib import Path
 
 import torch
 
-from ._validate import boundary, require_choice, require_nonnegative, require_positive
-from .model import GPT
-from .train import _require_data, _require_model, random_batch
+from ._validate import (
+    boundary,
+    require_choice,
+    require_flags,
+    require_ids,
+    require_input,
+    require_nonnegative,
+    require_positive,
+    require_targets,
+)
+from .block import Block
+from .model import GPT, IGNORE_INDEX, GPTConfig
+from .train import _read_runs, _require_data, _require_model, _require_window, random_batch
 
 __all__ = ["DEEP", "DEEP_VARIANTS", "DEEP_SEEDS", "NORM_RUNS", "WithoutResidual", "deep_model", "train_deep",
            "block_grad_norms", "position_spread", "stored_norm_runs"]
@@ -32,13 +42,25 @@ NORM_RUNS = Path(__file__).with_name("data") / "norm_runs.json"
 _PROBE_SEED = 1   # the fixed batch that gradients and spreads are measured on
 
 
+def _without_residual_args(self, block) -> None:
+    if not isinstance(block, Block):
+        raise TypeError(f"block must be a Block (one of model.blocks), got {type(block).__name__}")
+
+
+def _without_residual_forward_args(self, X, causal, unused) -> dict:
+    require_input(X, "X", "B T d_model", self.block.ln_1.weight, d_model=self.block.d_model)
+    return {"causal": require_flags(causal=causal)[0]}
+
+
 class WithoutResidual(torch.nn.Module):
     """A Pre-Norm block's own parts, wired without its two residual additions: X (B, T, d_model) → same."""
 
+    @boundary(_without_residual_args)
     def __init__(self, block):
         super().__init__()
         self.block = block
 
+    @boundary(_without_residual_forward_args)
     def forward(self, X, causal=True, **unused):     # GPT also passes cache, mask, ...
         b = self.block
         H = b.attn(b.ln_1(X), causal=causal)         # not X + Attention(LN₁(X))
@@ -60,10 +82,14 @@ def _train_deep_args(model, data, warmup, seed, stop) -> dict:
     return {"warmup": warmup, "seed": seed, "stop": stop}
 
 
-def _measure_args(model, ids, targets=None) -> None:
+def _measure_args(model, ids, targets=None) -> dict:
     _require_model(model)
     if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
         raise TypeError(f"ids must be a (B, T) tensor of token IDs, got {getattr(ids, 'shape', type(ids).__name__)}")
+    vocab_size = model.config.vocab_size   # the model's own checks are skipped inside this boundary
+    require_ids(ids, vocab_size, like=next(model.parameters()))
+    _require_window(model, ids.shape[-1])
+    return {} if targets is None else {"targets": require_targets(targets, ids, vocab_size, IGNORE_INDEX)}
 
 
 @boundary(_deep_model_args)
@@ -71,8 +97,8 @@ def deep_model(variant: str = "Pre", seed: int = 0, vocab_size: int = 43) -> GPT
     """The untrained 8-block character GPT of the recipe; every variant draws the same weights for one seed."""
     v = DEEP_VARIANTS[variant]
     torch.manual_seed(seed)
-    model = GPT(vocab_size=vocab_size, d_model=DEEP["d_model"], h=DEEP["h"], L=DEEP["L"], max_T=DEEP["T"],
-                norm=v["norm"])
+    model = GPT(GPTConfig(vocab_size=vocab_size, d_model=DEEP["d_model"], h=DEEP["h"], L=DEEP["L"], max_T=DEEP["T"],
+                norm=v["norm"]))
     if not v["residual"]:
         model.blocks = torch.nn.ModuleList(WithoutResidual(b) for b in model.blocks)
     return model
@@ -159,11 +185,8 @@ def write_norm_runs(path: str | Path = NORM_RUNS, seeds=DEEP_SEEDS) -> None:
 
 def stored_norm_runs(path: str | Path = NORM_RUNS) -> dict:
     """The stored runs, ``{variant: {seed: {"losses": [...], "grads": [...], "spread": float}}}``, int seeds."""
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no stored runs at {path} (`make train-norms` writes them)")
-    runs = json.loads(Path(path).read_text())["runs"]
+    runs = _read_runs(path, "stored_norm_runs", "stored runs", ("recipe", "variants", "seeds", "runs"),
+                      "make train-norms")
     return {variant: {int(s): run for s, run in by_seed.items()} for variant, by_seed in runs.items()}
 
 

@@ -49,8 +49,9 @@ def _token_axes(ax, tokens: list[str], xlabel: str, ylabel: str) -> None:
 
 
 def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, annotate: bool = True,
-                      vmin: float = 0.0, vmax: float = 1.0):
-    """Draw a (T, T) weight table P: row i = query position i, column j = key position j."""
+                      vmin: float = 0.0, vmax: float = 1.0, cmap: str = "Blues"):
+    """Draw a (T, T) weight table P: row i = query position i, column j = key position j.
+    For signed tables (raw scores) pass a diverging cmap such as "RdBu" with vmin = −vmax."""
     P = _table(P, "P", "(T, T)")
     if P.shape[0] != P.shape[1]:
         raise ValueError(f"P must be a square (T, T) table, got shape {P.shape}")
@@ -60,13 +61,13 @@ def attention_heatmap(P, tokens: list[str], ax=None, title: str | None = None, a
     if vmin >= vmax:
         raise ValueError(f"vmin must be below vmax, got vmin={vmin} and vmax={vmax}")
     ax = _require_ax(ax) or plt.subplots(figsize=(0.55 * len(tokens) + 2.2, 0.5 * len(tokens) + 1.6))[1]
-    im = ax.imshow(P, cmap="Blues", vmin=vmin, vmax=vmax)
+    im = ax.imshow(P, cmap=cmap, vmin=vmin, vmax=vmax)
     _token_axes(ax, tokens, "key position j (attended to)", "query position i (attending)")
     if annotate and len(tokens) <= 12:
         for i in range(P.shape[0]):
             for j in range(P.shape[1]):
                 ax.text(j, i, f"{P[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if P[i, j] > 0.6 * vmax else "black")
+                        color="white" if P[i, j] > 0.6 * vmax or P[i, j] < min(0.6 * vmin, 0) else "black")
     if title:
         ax.set_title(title)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)

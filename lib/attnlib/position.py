@@ -63,6 +63,9 @@ def _even(d: int) -> int:
 
 def _rope_angles_args(T, d, offset, base) -> dict:
     (T, d), (offset,) = require_positive(T=T, d=d), require_nonnegative(offset=offset)
+    if offset + T > 2**53:
+        raise ValueError(f"offset + T must be at most 2**53, the last position float64 counts exactly, got "
+                         f"offset={offset}, T={T}")
     require_fits("this table of angles", {f"T={T}, d={d}": 2 * T * d}, what="numbers")
     return {"T": T, "d": _even(d), "offset": offset, "base": require_number(base, "base", minimum=1)}
 

@@ -53,10 +53,15 @@ def _source_lines_args(fn, docstring):
 
 
 def _show_code_args(fn, replace):
-    _function(fn)
+    target = _function(fn)
     if replace is not None and not (isinstance(replace, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                                       for k, v in replace.items())):
         raise TypeError(f"replace must be a dict of line → new line (strings), or None, got {_show(replace)}")
+    lines = {line.strip() for line in _tree(target)[0]}
+    absent = [old for old in replace or {} if old.strip() not in lines]
+    if absent:
+        raise ValueError(f"replace's keys must be lines of {target.__qualname__}'s source, compared without their "
+                         f"indentation: {target.__qualname__} has no line {absent[0].strip()!r}")
 
 
 def _find_line_args(line, functions):
@@ -76,7 +81,23 @@ def _line_changed_args(places, probe, delete, new):
     if isinstance(places, (str, bytes)) or not isinstance(places, (list, tuple)) or not places \
             or not all(isinstance(p, Place) for p in places):
         raise TypeError(f"places must be a non-empty list of Place (from find_line), got {_show(places)}")
+    for p in places if new is not None else ():
+        lines, _, _ = _tree(p.fn)
+        try:
+            ast.parse(textwrap.dedent("".join(_replaced(lines, {p.line}, new))))
+        except SyntaxError as e:
+            raise ValueError(f"new must be one line of valid Python in place of line {p.line} of "
+                             f"{p.fn.__qualname__}, got {new!r} ({e.msg})") from None
     return {"delete": delete}
+
+
+def _replaced(lines: list[str], numbers: set[int], new: str) -> list[str]:
+    """A copy of a function's source lines with each line of ``numbers`` replaced by ``new`` (same indentation)."""
+    lines = list(lines)
+    for n in numbers:
+        old = lines[n - 1]
+        lines[n - 1] = old[: len(old) - len(old.lstrip())] + new.strip() + "\n"
+    return lines
 
 
 def _tree(fn: types.FunctionType) -> tuple[list[str], int, ast.FunctionDef]:
@@ -87,10 +108,18 @@ def _tree(fn: types.FunctionType) -> tuple[list[str], int, ast.FunctionDef]:
 
 @functools.lru_cache(maxsize=64)
 def _source(fn: types.FunctionType, filename: str, firstlineno: int) -> tuple[list[str], int, ast.AST]:
-    lines, first = inspect.getsourcelines(fn)
-    definition = ast.parse(textwrap.dedent("".join(lines))).body[0]
-    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):   # pragma: no cover - a lambda
-        raise TypeError(f"{fn.__qualname__} is not defined by a def statement")
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except OSError:
+        raise TypeError(f"fn must be a function whose source is in a file, got {fn.__qualname__}, whose source "
+                        "cannot be found (typed at a prompt, or made by exec)") from None
+    try:
+        definition = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    except SyntaxError:   # a lambda inside a longer statement: its lines are not a statement of their own
+        definition = None
+    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise TypeError(f"fn must be a function defined by a def statement, whose source can be read on its own, "
+                        f"got {fn.__qualname__}, whose source lines are {lines[0].strip()[:48]!r}")
     return lines, first, definition
 
 
@@ -128,8 +157,6 @@ def show_code(fn, *, replace: dict[str, str] | None = None):
     lines = source_lines(target)
     for old, new in (replace or {}).items():
         hits = [i for i, line in enumerate(lines) if line.strip() == old.strip()]
-        if not hits:
-            raise ValueError(f"{target.__qualname__} has no line {old.strip()!r}")
         for i in hits:
             lines[i] = lines[i][: len(lines[i]) - len(lines[i].lstrip())] + new.strip()
     text = "\n".join(lines)
@@ -267,11 +294,7 @@ def line_changed(places: Sequence[Place], *, probe: Callable | None = None, dele
         for fn, numbers in by_function.items():
             lines, first, _ = _tree(fn)
             if new is not None:
-                lines = list(lines)
-                for n in numbers:
-                    old = lines[n - 1]
-                    lines[n - 1] = old[: len(old) - len(old.lstrip())] + new.strip() + "\n"
-                code = _compiled(fn, lines, first, None)
+                code = _compiled(fn, _replaced(lines, numbers, new), first, None)
             else:
                 code = _compiled(fn, lines, first, _Change(numbers, name, delete))
             if probe is not None and name not in fn.__globals__:

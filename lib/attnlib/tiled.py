@@ -2,9 +2,10 @@
 
 The scaled scores z of one query row are read block by block. A running maximum m and a running sum
 ℓ = Σ exp(z_j − m) are kept; when a block raises the maximum, everything summed so far is rescaled by
-exp(m_old − m_new). In attention the running output O (a weighted sum of V's rows) is rescaled the same way and
-divided by ℓ at the end. The (T_q, T_k) table of scores is never built: only one (block_q, block_k) tile at a time
-(N_q × N_k in the book's notation). The query blocks are the outer loop, as in FlashAttention-2.
+exp(m_old − m_new). In attention the running output Õ (``acc``, a weighted sum of V's rows) is rescaled the same
+way and divided by ℓ at the end, giving the output O. The (T_q, T_k) table of scores is never built: only one
+(block_q, block_k) tile at a time (N_q × N_k in the book's notation). The query blocks are the outer loop, as in
+FlashAttention-2.
 
 The backward pass (:func:`tiled_attention_backward`, wired into autograd by :class:`TiledAttention` and
 :func:`recomputing_tiled_attention`) keeps only Q, K, V, O and the row statistics m and ℓ, and recomputes each
@@ -138,8 +139,8 @@ def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
 def tile_plan(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool = True) -> torch.Tensor:
     """Which tiles of the (T_q, T_k) score table causal attention computes: (n_q, n_k) of SKIPPED/FULL/DIAGONAL.
 
-    Query block i holds rows i·block_q … (last one shorter when block_q does not divide T_q), key block j
-    columns j·block_k …; n_q = ⌈T_q / block_q⌉, n_k = ⌈T_k / block_k⌉. A tile is SKIPPED when every key in it
+    Query block qb holds rows qb·block_q … (last one shorter when block_q does not divide T_q), key block kb
+    columns kb·block_k …; n_q = ⌈T_q / block_q⌉, n_k = ⌈T_k / block_k⌉. A tile is SKIPPED when every key in it
     lies in the future of every query in it, FULL when every key may be read by every query (no mask needed),
     DIAGONAL when it straddles the diagonal (computed, with the mask). Without ``causal`` every tile is FULL.
     """
@@ -171,24 +172,24 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
     plan = tile_plan(T_q, T_k, block_q, block_k, causal).tolist()   # n_q lists of n_k kinds
     out = Q.new_empty(*Q.shape[:-1], V.shape[-1])                # (..., T_q, d_v)
     stats = Q.new_empty(2, *Q.shape[:-1]) if return_stats else None   # m and ℓ of every query row
-    for i, kinds in enumerate(plan):                             # outer loop: query block i
-        q0, q1 = i * block_q, min((i + 1) * block_q, T_q)
+    for qb, kinds in enumerate(plan):                            # outer loop: query block qb
+        q0, q1 = qb * block_q, min((qb + 1) * block_q, T_q)
         rows = Q.shape[:-2] + (q1 - q0,)
         m = Q.new_full(rows, float("-inf"))                     # running max, (..., block_q)
         l = Q.new_zeros(rows)                                   # running sum of exp(z − m)
-        O = Q.new_zeros(rows + (V.shape[-1],))                  # running Σ exp(z − m) v, (..., block_q, d_v)
-        for j, kind in enumerate(kinds):                         # inner loop: key block j
+        acc = Q.new_zeros(rows + (V.shape[-1],))                # Õ: running Σ exp(z − m) v, (..., block_q, d_v)
+        for kb, kind in enumerate(kinds):                        # inner loop: key block kb
             if kind == SKIPPED:
                 continue
-            k0, k1 = j * block_k, min((j + 1) * block_k, T_k)
+            k0, k1 = kb * block_k, min((kb + 1) * block_k, T_k)
             Z = scale(scores(Q[..., q0:q1, :], K[..., k0:k1, :]), d_k)   # (..., block_q, block_k)
             if kind == DIAGONAL:
                 pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
                 future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
                 Z = Z.masked_fill(future, float("-inf"))
             m, l, rescale, P_blk = online_softmax_step(m, l, Z)
-            O = rescale[..., None] * O + P_blk @ V[..., k0:k1, :]
-        out[..., q0:q1, :] = O / l[..., None]
+            acc = rescale[..., None] * acc + P_blk @ V[..., k0:k1, :]
+        out[..., q0:q1, :] = acc / l[..., None]
         if return_stats:
             stats[0, ..., q0:q1], stats[1, ..., q0:q1] = m, l
     return (out, stats[0], stats[1]) if return_stats else out
@@ -210,21 +211,21 @@ def tiled_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     plan = tile_plan(T_q, T_k, block_q, block_k, causal)        # (n_q, n_k)
     D = (dO * O).sum(-1)                                         # (..., T_q): Σ_j P_ij dP_ij of every row
     dQ, dK, dV = torch.zeros_like(Q), torch.zeros_like(K), torch.zeros_like(V)
-    for j, kinds in enumerate(plan.T.tolist()):                  # outer loop: key block j
-        k0, k1 = j * block_k, min((j + 1) * block_k, T_k)
-        for i, kind in enumerate(kinds):                         # inner loop: query block i
+    for kb, kinds in enumerate(plan.T.tolist()):                 # outer loop: key block kb
+        k0, k1 = kb * block_k, min((kb + 1) * block_k, T_k)
+        for qb, kind in enumerate(kinds):                        # inner loop: query block qb
             if kind == SKIPPED:
                 continue
-            q0, q1 = i * block_q, min((i + 1) * block_q, T_q)
+            q0, q1 = qb * block_q, min((qb + 1) * block_q, T_q)
             Z = scale(scores(Q[..., q0:q1, :], K[..., k0:k1, :]), d_k)   # the tile's scores, again
             if kind == DIAGONAL:
                 pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
                 future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
                 Z = Z.masked_fill(future, float("-inf"))
             P = torch.exp(Z - m[..., q0:q1, None]) / l[..., q0:q1, None]  # the forward's weights
-            dO_i = dO[..., q0:q1, :]
-            dV[..., k0:k1, :] += P.mT @ dO_i
-            dZ = P * (dO_i @ V[..., k0:k1, :].mT - D[..., q0:q1, None])   # softmax backward
+            dO_blk = dO[..., q0:q1, :]
+            dV[..., k0:k1, :] += P.mT @ dO_blk
+            dZ = P * (dO_blk @ V[..., k0:k1, :].mT - D[..., q0:q1, None])   # softmax backward
             dQ[..., q0:q1, :] += dZ @ K[..., k0:k1, :] / math.sqrt(d_k)
             dK[..., k0:k1, :] += dZ.mT @ Q[..., q0:q1, :] / math.sqrt(d_k)
     return dQ, dK, dV

@@ -30,6 +30,7 @@ from ._validate import (
     require_positive,
     require_readable,
     require_shape,
+    require_weights,
 )
 from .model import GPT, GPTConfig
 
@@ -255,11 +256,26 @@ def seed_runs(seeds=SEEDS, config: dict = CONFIG) -> dict:
 
 def load_seed_table(path: str | Path = SEED_TABLE) -> dict:
     """Chapter 8's table over seeds, as :func:`seed_runs` returned it (``make train-stack`` writes it)."""
+    return _read_runs(path, "load_seed_table", "table over seeds", ("config", "eval", "seeds", "runs"),
+                      "make train-stack")
+
+
+def _read_runs(path, reader: str, what: str, keys: tuple, make: str) -> dict:
+    """The runs of a JSON table that ``make`` writes; its top-level ``keys`` say which chapter's table it is."""
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a str or a Path, got {type(path).__name__}")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"no table over seeds at {path} (`make train-stack` writes the shipped one)")
-    return json.loads(Path(path).read_text())["runs"]
+        raise FileNotFoundError(f"no {what} at {path} (`{make}` writes the shipped one)")
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"path={str(path)!r} is not a JSON file: {reader} expects the {what} that `{make}` "
+                         "writes") from None
+    got = sorted(table) if isinstance(table, dict) else type(table).__name__
+    if not isinstance(table, dict) or any(k not in table for k in keys):
+        raise ValueError(f"path={str(path)!r} is the wrong file for {reader}, which expects the {what} that "
+                         f"`{make}` writes, with keys {list(keys)}: got keys {got}")
+    return table["runs"]
 
 
 def _require_recipe_keys(config, template: dict, where: str) -> None:
@@ -345,6 +361,7 @@ def _require_model(model) -> None:
                         f"got {type(model).__name__}")
     if next(model.parameters(), None) is None:
         raise ValueError("model has no parameters to train or to place on a device")
+    require_weights(model)
 
 
 def _save_runs(path, runs: dict, meta: dict) -> None:

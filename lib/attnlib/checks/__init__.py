@@ -15,6 +15,7 @@ from . import (
                softmax,
                stack,
                tiled,
+               trained_heads,
 )
 from ._core import Guess, Mistake, Verdict, checker, judge, judge_number, progress
 from .audit import *  # noqa: F401,F403
@@ -31,9 +32,11 @@ from .scaling import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .stack import *  # noqa: F401,F403
 from .tiled import *  # noqa: F401,F403
+from .trained_heads import *  # noqa: F401,F403
 
 _CHAPTERS = (embeddings, projections, scaling, mask, softmax, heads, block, stack, capstone, costs, tiled, gqa,
              batches)
+_STUDIES = (trained_heads, audit)   # pages that measure or audit (after the chapters they need)
 __all__ = ["Verdict", "Mistake", "Guess", "judge", "judge_number", "checker", "progress"]
 __all__ += [name for m in _CHAPTERS for name in m.__all__]
-__all__ += audit.__all__   # the audit page ("Putting it together"): one exercise, not a chapter's set
+__all__ += [name for m in _STUDIES for name in m.__all__]

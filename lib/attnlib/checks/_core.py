@@ -35,12 +35,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from .._validate import _show as _show_value
 from .._validate import boundary
 
 __all__ = ["Verdict", "Mistake", "Group", "variants", "Guess", "judge", "judge_number", "checker", "progress",
-           "named", "named_on", "hint_level", "shared_parameters"]
+           "named", "hint_level", "shared_parameters"]
 
 # The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
 # so they read correctly in a terminal, JupyterLab and the rendered book alike.
@@ -159,13 +161,16 @@ class Mistake:
     ``hint`` is the first level: a question or a failing property, never the fix's code. ``more`` is the
     second level (``hint=2``): where to look, what the mistake is, said plainly. The third level is made by
     the engine from the cached results (the smallest case that differs). Either text may hold
-    ``str.format`` fields that :func:`named` fills in.
+    ``str.format`` fields that :func:`named` fills in. ``where(case)`` picks the named subset of the cases on
+    which the mistake must match (all of them when None): a mistake that a float16 case blurs, say, or a
+    property such as "right except where T divides the length" (``wrong`` is then the reference itself).
     """
 
     label: str
     hint: str
     wrong: Callable | None = None
     more: str | None = None
+    where: Callable[[tuple], bool] | None = None
 
     def say(self, **fields) -> str:
         text = self.more if hint_level() >= 2 and self.more else self.hint
@@ -193,7 +198,7 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
-def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float) -> float | None:
+def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float = 1e-4) -> float | None:
     """None when a and b (same shape) agree, NaN where NaN included; else the largest difference."""
     a, b = a.detach().cpu(), b.detach().cpu()
     if a.is_complex() or b.is_complex():
@@ -201,7 +206,7 @@ def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float) -> float | Non
     a, b = a.double(), b.double()
     same_nan = torch.isnan(a) == torch.isnan(b)
     a0, b0 = a.nan_to_num(0.0, 1e300, -1e300), b.nan_to_num(0.0, 1e300, -1e300)
-    if bool(same_nan.all()) and torch.allclose(a0, b0, atol=atol, rtol=1e-4):
+    if bool(same_nan.all()) and torch.allclose(a0, b0, atol=atol, rtol=rtol):
         return None
     return (a - b).abs().nan_to_num(math.inf).max().item() if a.numel() else math.inf
 
@@ -217,26 +222,40 @@ def _float64_close(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two float64 tensors agree at float64 accuracy (far tighter than a float32 round trip)."""
     a, b = a.detach().cpu(), b.detach().cpu()
     finite = b.isfinite()
-    if not bool((a.isfinite() == finite).all()) or not bool((a[~finite] == b[~finite]).all()):
+    same = a[~finite].nan_to_num(0.0) == b[~finite].nan_to_num(0.0)   # NaN where NaN, the same infinities
+    if not bool((a.isfinite() == finite).all()) or not bool(same.all()):
         return True   # infinities and NaN were judged already; only finite values are compared here
     a, b = a[finite], b[finite]
     scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
     return bool(((a - b).abs() <= 1e-9 * scale + 1e-8 * b.abs()).all())
 
 
-def _first_difference(a, b) -> str:
-    """Where two same-shape tensors (or the first such pair of two tuples) first differ, for the second level."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return next((t for x, y in zip(a, b) if (t := _first_difference(x, y))), "")
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.is_complex():
-        return ""
-    a, b = a.detach().cpu().double(), b.detach().cpu().double()
-    bad = ~((a - b).abs() <= 1e-5 + 1e-4 * b.abs()) & ~(a.isnan() & b.isnan())
-    if not bad.any():
-        return ""
-    index = tuple(int(i) for i in bad.nonzero()[0]) if a.dim() else ()
-    return f" The first difference is at index {index}: yours is {a[index].item():.4g}, " \
-           f"expected {b[index].item():.4g}."
+# The shared family: right values, but the wrong dtype, device or precision. No checker writes its own.
+DTYPE = Mistake(
+    "dtype",
+    "{the} has the right values but dtype {got}, expected {want}. Where does a new dtype enter your "
+    "computation: a tensor you create, a constant, numpy?",
+    more="a tensor created without a dtype (torch.zeros, torch.tensor, a new module's weights) is float32, and "
+         "writing into it keeps that dtype. Compute in a wider dtype where you need to, but give back the dtype "
+         "that came in: float16 stays float16, and float64 is never lowered to float32.")
+DEVICE = Mistake(
+    "device",
+    "{the} is on {got}, expected {want}, the device of the inputs. Which tensor do you create without saying "
+    "where it lives?",
+    more="a tensor created without a device lives on the CPU (or, here, wherever you said): create it with the "
+         "device of the inputs, or from one of them (zeros_like, new_zeros).")
+PRECISION = Mistake(
+    "precision",
+    "{the} is float64 but holds only float32 accuracy{trip}. Where does your computation pass through float32: "
+    "a tensor you create, a module's weights, a .float()?",
+    more="numbers that pass through a float32 tensor keep only float32's seven digits, even when the result is "
+         "promoted back to float64. Create every tensor of yours in the dtype of the inputs, and convert only "
+         "when an input is narrower than float32.")
+_FAMILY = {m.label: m for m in (DTYPE, DEVICE, PRECISION)}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _difference(got, want, atol: float, where: str | None = None, strict: bool = True) -> tuple[str, str] | None:
@@ -253,11 +272,14 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
         if _shape(got) != _shape(want):
             return "shape", f"{the} has shape {_shape(got)}, expected {_shape(want)}."
         if got.is_meta != want.is_meta:   # a meta tensor holds no values to compare
-            return "device", (f"{the} is on {got.device}, expected {want.device}, the device of the inputs. "
-                              f"Which tensor do you create without saying where it lives?")
+            return "device", DEVICE.hint.format(the=the, got=got.device, want=want.device)
         if got.dtype.is_complex != want.dtype.is_complex:
             return "dtype", f"{the} has dtype {got.dtype}, expected {want.dtype}."
         diff = _values_differ(got, want, atol)
+        if diff is not None and strict and got.dtype != want.dtype and got.is_floating_point() \
+                and want.is_floating_point():   # right to the accuracy of the narrower dtype: right values
+            eps = 4 * max(torch.finfo(got.dtype).eps, torch.finfo(want.dtype).eps)
+            diff = diff if _values_differ(got, want, max(atol, eps), eps) is not None else None
         if diff is not None and strict and got.dtype != want.dtype:   # dtype first, but the values are wrong too
             return "values", (f"{the} has dtype {got.dtype}, expected {want.dtype}, and its values differ too. "
                              f"Which step of yours makes a {got.dtype} tensor?")
@@ -265,17 +287,14 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
             return "values", (f"{the} has the right shape but the values differ ({_largest(diff)}); "
                               f"compare your steps with the formula.")
         if strict and got.dtype != want.dtype:
-            return "dtype", (f"{the} has the right values but dtype {got.dtype}, expected {want.dtype}. Where "
-                             f"does a new dtype enter your computation: a tensor you create, a constant, numpy?")
+            return "dtype", DTYPE.hint.format(the=the, got=got.dtype, want=want.dtype)
         if strict and got.device != want.device:
-            return "device", (f"{the} is on {got.device}, expected {want.device}, the device of the inputs. "
-                              f"Which tensor do you create without saying where it lives?")
+            return "device", DEVICE.hint.format(the=the, got=got.device, want=want.device)
         if strict and want.dtype == torch.float64 and got.dtype == torch.float64 and not _float64_close(got, want):
-            trip = bool(torch.equal(got.detach().cpu(), got.detach().cpu().float().double()))
-            return "precision", (f"{the} is float64 but holds only float32 accuracy" + (
-                ": every value is a float32 number cast back (a float32 round trip)" if trip else "") +
-                ". Where does your computation pass through float32: a tensor you create, a module's weights, "
-                "a .float()?")
+            g = got.detach().cpu()
+            trip = torch.allclose(g, g.float().double(), rtol=0.0, atol=0.0, equal_nan=True)
+            return "precision", PRECISION.hint.format(the=the, trip=": every value is a float32 number cast back "
+                                                      "(a float32 round trip)" if trip else "")
         return None
     if isinstance(want, (tuple, list)):
         n = len(want)
@@ -499,28 +518,59 @@ class Group:
     atol: float
 
 
-def variants(wrong: Callable, table: Sequence[tuple]) -> list[Mistake]:
+def variants(wrong: Callable, table: Sequence[tuple], where: Callable[[tuple], bool] | None = None) -> list[Mistake]:
     """The mistakes that one planted function makes with its switches: rows of (label, switches, hint) or
     (label, switches, hint, more).
 
     ``wrong(*case, **switches)`` computes the wrong answer of each row, so a table reads as a list of mistakes,
-    each with the switch that plants it and the hints that answer it (first level, then second).
+    each with the switch that plants it and the hints that answer it (first level, then second); ``where``
+    picks the subset of cases on which each must match.
     """
-    return [Mistake(row[0], row[2], functools.partial(wrong, **row[1]), *row[3:]) for row in table]
+    return [Mistake(row[0], row[2], functools.partial(wrong, **row[1]), *row[3:], where=where) for row in table]
+
+
+class Watch(TorchDispatchMode):
+    """What one call did, recorded while it ran: the aten operators (``ops``), the shapes of the tensors they
+    made (``shapes``) and the qualified names of the Python functions called (``calls``), so that a checker can
+    tell that the learner called the thing to be built, or held a tensor wider than allowed."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.shapes, self.calls = set(), [], set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.add(func.overloadpacket.__name__)
+        self.shapes += [tuple(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return out
+
+    def run(self, fn: Callable, args: tuple):
+        def seen(frame, event, arg):
+            if event == "call":
+                self.calls.add(frame.f_code.co_qualname)
+        previous = sys.getprofile()
+        sys.setprofile(seen)
+        try:
+            with self:
+                return fn(*args)
+        finally:
+            sys.setprofile(previous)
 
 
 class _Run:
-    """The learner's function on every case, each call on its own deep copy, run once and remembered."""
+    """The learner's function on every case, each call on its own deep copy, run once and remembered (with
+    what it did, a :class:`Watch`, when ``watch``)."""
 
-    def __init__(self, fn: Callable, mutable: Sequence[int | str]):
-        self.fn, self.mutable, self._seen, self._cases = fn, mutable, {}, {}
+    def __init__(self, fn: Callable, mutable: Sequence[int | str], watch: bool = False):
+        self.fn, self.mutable, self._seen, self._cases, self.watch, self.watches = fn, mutable, {}, {}, watch, {}
 
     def __call__(self, case: tuple) -> tuple[object, BaseException | None, tuple]:
         key = id(case)
         if key not in self._seen:
-            args = _fresh(case)
+            args, watch = _fresh(case), Watch()
+            self.watches[key] = watch
             try:
-                self._seen[key] = (self.fn(*args), None, args)
+                self._seen[key] = (watch.run(self.fn, args) if self.watch else self.fn(*args), None, args)
             except Exception as e:  # noqa: BLE001 - the learner's bug must not crash the checker
                 self._seen[key] = (None, e, args)
             self._cases[key] = case
@@ -547,20 +597,20 @@ SAME_AS_GIVEN = "your code still computes what the function as given computes"
 
 
 def _code_key(code) -> tuple:
-    """What a code object computes, apart from its name, line numbers and docstring."""
-    consts = tuple(_code_key(c) if inspect.iscode(c) else (type(c).__name__, repr(c)) for c in code.co_consts)
-    return code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts
+    """What a code object computes, apart from its name, line numbers and docstring: its instructions with their
+    arguments resolved (so the docstring's slot among the constants shifts nothing; LOAD_METHOD as LOAD_ATTR)."""
+    return tuple((i.opname.replace("LOAD_METHOD", "LOAD_ATTR"),
+                  _code_key(i.argval) if inspect.iscode(i.argval) else (type(i.argval).__name__, repr(i.argval)))
+                 for i in dis.get_instructions(code)), code.co_varnames, code.co_freevars
 
 
 def _same_code(fn: Callable, given: Callable) -> bool:
-    """Whether ``fn`` is literally ``given``: the same bytecode, names and constants (comments and blank lines
-    aside), so a learner who edited the cell is never told it did not change."""
+    """Whether ``fn`` is literally ``given``: the same instructions, names and constants (comments, blank lines
+    and docstring aside), so a learner who edited the cell is never told it did not change."""
     try:
-        a, b = fn.__code__, given.__code__
+        return _code_key(fn.__code__) == _code_key(given.__code__)
     except AttributeError:
         return False
-    strip = lambda key, doc: key[:4] + (tuple(c for c in key[4] if c != ("str", repr(doc))),)  # noqa: E731
-    return strip(_code_key(a), fn.__doc__) == strip(_code_key(b), given.__doc__)
 
 
 def _found(m: Mistake, fn: Callable, suffix: str = "") -> Verdict:
@@ -579,7 +629,10 @@ def _matches_everywhere(m: Mistake, run: _Run, cases: Sequence[tuple[tuple, floa
     A case on which the planted mistake cannot run, while the learner's function can, says nothing either
     way and is skipped.
     """
+    seen = False   # it must match where the answer is wrong, not only where a planted copy could not run
     for case, atol in cases:
+        if m.where is not None and not m.where(case):
+            continue
         try:
             wrong, planted = m.wrong(*_fresh(case)), None
         except Exception as e:  # noqa: BLE001
@@ -588,10 +641,12 @@ def _matches_everywhere(m: Mistake, run: _Run, cases: Sequence[tuple[tuple, floa
         if planted is not None:
             if raised is not None and not _same_failure(planted, raised):
                 return False
+            seen = seen or raised is not None
             continue
         if raised is not None or got is None or not _close(got, wrong, atol):
             return False
-    return True
+        seen = seen or m.where is not None or getattr(run, "reference", None) is None or not run.right(case, atol)
+    return seen
 
 
 def describe(x, depth: int = 0) -> str:
@@ -673,11 +728,14 @@ def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: 
         if m.wrong is None:
             continue
         try:
-            m.wrong(*_fresh(case))
+            outside = m.where is not None and not m.where(case)   # a mistake of a subset the raising case is not in
+            if not outside:
+                m.wrong(*_fresh(case))
         except Exception as planted:  # noqa: BLE001 - compared with the learner's error below
-            if _same_failure(planted, e) and _matches_everywhere(m, run, cases):
-                v = _found(m, run.fn, "" if ours else f" ({raised})")
-                return Verdict(False, v.message, v.mistake, v.more, v.ladder[:2] + (v.ladder[-1] + where,), e)
+            outside = _same_failure(planted, e)
+        if outside and _matches_everywhere(m, run, cases):
+            v = _found(m, run.fn, "" if ours else f" ({raised})")
+            return Verdict(False, v.message, v.mistake, v.more, v.ladder[:2] + (v.ladder[-1] + where,), e)
     first = raised.rstrip(".") + "." + where
     second = first + (f" {given[0].upper()}{given[1:]}." if given else "")
     return Verdict(False, first, "error", ladder=(first, second), error=e)
@@ -735,7 +793,7 @@ def _mutable_indices(fn: Callable, n: int, mutable: Sequence[int | str]) -> tupl
 def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Callable,
           mistakes: Sequence[Mistake] = (), *, success: str = "matches the library on every test input.",
           atol: float = 1e-5, diagnose: Callable[[Verdict], Verdict | None] | None = None,
-          mutable: Sequence[int] = ()) -> Verdict:
+          mutable: Sequence[int] = (), properties: Callable | None = None, watch: bool = False) -> Verdict:
     """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference.
 
     The learner's function, the reference and each mistake get their own deep copy of ``case``. The result
@@ -747,15 +805,18 @@ def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Cal
     look at a rejected answer (what the table of mistakes cannot say, such as which shapes came back): it
     returns a better verdict, or None to keep this one; if it fails, this one is kept. ``results.outputs()``
     gives (case, result, exception) for every case from the same runs, so a diagnosis never runs the
-    learner's code again.
+    learner's code again. ``properties(case, result, inputs, watch)`` looks at each case's cached result before
+    the comparison (a structure, a call of the thing to be built, a tensor held too wide: ``watch`` is what the
+    call did, recorded when ``watch`` is true) and returns a verdict when one fails; with ``reference`` None
+    the properties alone judge.
     """
     if not callable(fn):
         return named(NOT_CALLABLE, kind=type(fn).__name__)
     groups = cases if cases and all(isinstance(c, Group) for c in cases) else [Group(cases, atol)]
     every = [(case, g.atol) for g in groups for case in g.cases]
-    run = _Run(fn, mutable)
+    run = _Run(fn, mutable, watch)
     run.cases, run.reference = every, reference
-    verdict = _judge_cases(run, every, reference, mistakes, success)
+    verdict = _judge_cases(run, every, reference, mistakes, success, properties)
     if verdict.ok or diagnose is None:
         return verdict
     try:
@@ -765,8 +826,8 @@ def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Cal
         return verdict
 
 
-def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Callable,
-                 mistakes: Sequence[Mistake], success: str) -> Verdict:
+def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Callable | None,
+                 mistakes: Sequence[Mistake], success: str, properties: Callable | None = None) -> Verdict:
     for case, atol in cases:
         got, e, args = run(case)
         if e is not None:
@@ -778,56 +839,37 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         changed = _changed_in_place(run.fn, args, _fresh(case), _mutable_indices(run.fn, len(args), run.mutable))
         if changed is not None:
             return named(IN_PLACE, name=changed)
+        if properties is not None:
+            try:
+                verdict = properties(case, got, args, run.watches[id(case)])
+            except Exception:  # noqa: BLE001 - a property that cannot be read says nothing
+                verdict = None
+            if verdict is not None:
+                return verdict
         shared = shared_parameters(got, args)
         if shared:
             return named(SHARED, name=shared[0].removeprefix("result."))
+        if reference is None:
+            continue
         want = reference(*_fresh(case))
         difference = _difference(got, want, atol)
         if difference is None:
             continue
         # right values in the wrong dtype or device: no planted mistake (each one a wrong value) explains that
-        right_values = difference[0] in ("dtype", "device", "precision") and _close(got, want, atol)
+        right_values = difference[0] in _FAMILY and _close(got, want, atol)
         for m in mistakes if not right_values else ():
-            if m.wrong is None:
-                continue
-            try:
-                wrong = m.wrong(*_fresh(case))
-            except Exception:  # noqa: BLE001 - a mistake that cannot run on this case explains nothing
-                continue
-            if _close(got, wrong, atol) and _matches_everywhere(m, run, cases):
+            if m.wrong is not None and _matches_everywhere(m, run, cases):
                 return _with_level(_found(m, run.fn), _smallest_case(run, reference, atol))
         label, message = difference
         if label == "type" and isinstance(want, torch.Tensor):
             message = f"expected a tensor, got {type(got).__name__}."
-        second = message + (_first_difference(got, want) if label == "values" else "")
+        first = _entries(got, want, atol) if label == "values" else ""
+        second = message + (f" First differences: {first}." if first else "") + (
+            f" {_FAMILY[label].more[0].upper()}{_FAMILY[label].more[1:]}" if label in _FAMILY else "")
         smallest = _smallest_case(run, reference, atol) if label in ("values", "precision") else ""
         verdict = Verdict(False, message, label, ladder=(message, second, message + smallest if smallest else second))
         return _at_level(verdict, hint_level(), pointer=False)
     return Verdict(True, success)
-
-
-def named_on(results: _Run, mistakes: Sequence[Mistake], reference: Callable,
-             where: Callable[[tuple], bool] = lambda case: True) -> Verdict | None:
-    """The first of ``mistakes`` that the learner's cached results match on every case that ``where`` picks (a
-    named subset of the cases), when the results are wrong on one of them; the learner's code is not run."""
-    picked = [(case, atol) for case, atol in results.cases if where(case)]
-
-    def planted(f, case):
-        try:
-            return f(*_fresh(case))
-        except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
-            return e
-
-    def same(case, atol, value) -> bool:
-        got, e, _ = results(case)
-        if e is not None or isinstance(value, Exception):
-            return e is not None and isinstance(value, Exception) and _same_failure(e, value)
-        return got is not None and _close(got, value, atol)
-
-    if all(same(c, atol, planted(reference, c)) for c, atol in picked):
-        return None
-    return next((named(m) for m in mistakes if m.wrong is not None
-                 and all(same(c, atol, planted(m.wrong, c)) for c, atol in picked)), None)
 
 
 # --- predictions ----------------------------------------------------------------------------------------------------
@@ -904,7 +946,7 @@ _LAST: dict[str, Verdict] = {}
 
 KINDS = ("function", "predict")
 # The verdicts of the core that every checker of a kind can give, besides its own mistakes.
-_GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED, FINITE),
+_GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED, FINITE, DTYPE, DEVICE, PRECISION),
                "predict": (PREDICT_STUB, PREDICT_NONE, NOT_A_NUMBER)}
 _GENERAL = tuple(m for ms in _GENERAL_OF.values() for m in ms)
 # How deep in checker calls we are: only the outermost shows its verdict.

@@ -1,151 +1,102 @@
-"""Exercise checkers for chapter 11 (batches and padding).
-
-``check_step_positions(fn)``: ``fn(attention_mask, n_new)``, attention_mask (B, T) in Hugging Face's convention
-(1 or True at a real token, 0 at padding; bool, integer or float), must return the int64 positions (B, n_new) of
-the last n_new columns: each real token's index among the real tokens of its row, a pad the position of the last
-real token before it (0 if none).
-``check_nonzero_weights(n)``: a prediction, the number of non-zero attention weights of a padded batch.
-``check_batched_generation(fn)``: ``fn(model, ids, attention_mask, n_new)`` must append n_new greedy tokens to
-left-padded prompts, as ``model.generate(ids, n_new, is_pad=attention_mask == 0)`` does.
-``check_sink_window_mask(fn)``: ``fn(T_q, T_k, window, n_sink)`` must return the boolean (T_q, T_k) mask of a
-sliding window that keeps the first n_sink keys readable ("attention sinks"); the queries are the last T_q of
-T_k positions.
-"""
+"""Exercise checkers for chapter 11 (batches and padding): positions that restart at each packed document,
+a prediction of the non-zero weights of a padded batch, the find-the-bug batched generation with an attention_mask,
+and a sliding window with attention sinks. Each checker's docstring gives its contract."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from ..attention import attention_weights, causal_mask, padding_mask, sliding_window_mask
-from ..batches import pad_prompts, position_ids
-from ..model import GPT
+from ..batches import pad_prompts
+from ..heads import KVCache
+from ..model import GPT, GPTConfig
 from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
-__all__ = ["check_step_positions", "check_nonzero_weights", "check_batched_generation",
+__all__ = ["check_packed_positions", "check_nonzero_weights", "check_batched_generation",
            "check_sink_window_mask", "NONZERO_LENGTHS"]
 
 
 # ------------------------------------------------------------------------------------------------
-# Build: the positions of the new columns, from an attention_mask (1 = real token).
+# Build: positions that restart at each document packed into a row.
 
-def _mask_cases() -> list[tuple[torch.Tensor, int]]:
-    """(attention_mask, n_new): one mask of each dtype a caller may build, whole prompts and cached steps."""
-    def rows(*r):
-        return torch.tensor(r)
-
+def _packed_cases() -> list[tuple[torch.Tensor]]:
+    """(doc_ids,): (B, T) int64, documents 0, 1, 2, … along each row, −1 at the pads that end a row."""
     return [
-        # the prompt pass (n_new = T), bool, left padding only: 2 pads, none, 4 pads
-        (rows([0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]).bool(), 5),
-        # the prompt pass, int64: left, right and no padding
-        (rows([0, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]), 6),
-        # two new tokens after a cache, float 0 / 1 (a mask built as `(ids != pad).float()`)
-        (rows([0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1]).float(), 2),
-        # one generation step, int64
-        (rows([0, 0, 1, 1], [1, 1, 1, 1]), 1),
+        # rows whose documents start at different columns, one with a pad
+        (torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2], [0, 0, 0, 0, 0, 1, 1, -1]]),),
+        # a long first document; documents of one token each; one document and pads
+        (torch.tensor([[0, 0, 0, 0, 0, 1], [0, 1, 2, 3, 4, 5], [0, 0, 0, 0, -1, -1]]),),
+        # one row: a short document, a long one, three pads
+        (torch.tensor([[0, 0, 1, 1, 1, 1, -1, -1, -1]]),),
     ]
 
 
-def _step_positions_reference(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
-    return position_ids(attention_mask == 0)[:, -n_new:]
-
-
-def _step_positions(attention_mask, n_new, *, count="real", start=-1, clamp=True, window="all"):
+def _packed_positions(doc_ids, *, restart=True, start=0, pads="zero", early=False, shared=False):
     """The positions with the planted mistakes' switches; the defaults are the correct positions.
 
-    ``count``: "real" tokens, the "pads" (the mask read as is_pad), or "columns". ``start``: what is added to the
-    running count (−1 puts a first token at 0). ``window``: count over "all" columns, or only the "new" ones.
+    ``restart``: count from each document's first column, or from the row's. ``start``: the first token's
+    position. ``pads``: "zero", "document" (the pads counted as one more document), "last" (the position of the
+    last real token) or "minus" (−1). ``early``: a document taken to start one column early (its boundary read
+    from the difference of neighbours, put on the wrong side). ``shared``: every row cut where row 0 is cut.
     """
-    m = attention_mask if window == "all" else attention_mask[:, -n_new:]
-    if count == "columns":
-        n = torch.ones(m.shape, dtype=torch.long).cumsum(-1)
-    else:
-        n = ((m != 0) if count == "real" else (m == 0)).long().cumsum(-1)
-    n = n + start
-    return (n.clamp(min=0) if clamp else n)[:, -n_new:]
+    d = doc_ids[:1].expand_as(doc_ids) if shared else doc_ids
+    col = torch.arange(d.shape[-1]).expand_as(d)
+    differs = d[:, 1:] != d[:, :-1]                                           # (B, T − 1)
+    edge = torch.ones_like(differs[:, :1]) if not early else torch.zeros_like(differs[:, :1])
+    new = torch.cat([edge, differs] if not early else [differs, edge], dim=-1)
+    first = torch.where(new, col, 0).cummax(-1).values if restart else torch.zeros_like(col)
+    pos, pad = col - first + start, doc_ids < 0
+    if pads == "last":
+        n_real = (~pad).sum(-1, keepdim=True)
+        return torch.where(pad, pos.gather(-1, (n_real - 1).clamp(min=0)), pos)
+    return pos if pads == "document" else pos.masked_fill(pad, 0 if pads == "zero" else -1)
 
 
-def _assumes_left_padding(attention_mask, n_new):
-    """Column index minus the row's number of pads: right when every pad comes first."""
-    T = attention_mask.shape[-1]
-    pads = (attention_mask == 0).long().sum(-1, keepdim=True)
-    return (torch.arange(T) - pads).clamp(min=0)[:, -n_new:]
+_PACKED_MISTAKES = variants(_packed_positions, [
+    *[("no-restart", dict(restart=False, pads=pads),
+       "where does the first token of the second document of a row stand in yours? Where would it stand if "
+       "that prompt were alone?",
+       "your positions run on along the whole row, as the chapter's count of real tokens does. Packing puts "
+       "no pad between documents to count around: each document is a prompt of its own, so the count must "
+       "start again at 0 at its first token.") for pads in ("document", "zero", "last")],
+    ("from-one", dict(start=1),
+     "which position does the first token of each document get in yours?",
+     "your positions start at 1. A token's index within its document starts at 0, as the positions of a "
+     "prompt alone do."),
+    ("pads-as-document", dict(pads="document"),
+     "your documents are right. What do the pads at the end of a row get in yours?",
+     "the pads count 0, 1, 2, … as if they were one more document: −1 differs from the last document's "
+     "number, so it looks like a new start. Every pad must get 0."),
+    ("pads-keep-last", dict(pads="last"),
+     "your documents are right. What does the statement ask for at a pad?",
+     "your pads take the position of the last real token before them, as the chapter's position_ids gives "
+     "them. Here every pad gets 0."),
+    ("pads-minus-one", dict(pads="minus"),
+     "your documents are right. Which row of a position table would your pads read?",
+     "your pads keep the −1 that marks them in doc_ids, and an index of −1 silently reads the LAST row of a "
+     "position table. Every pad gets 0."),
+    ("boundary-one-early", dict(early=True),
+     "look at the last token of each document in yours, and at the first of the next: where does your count "
+     "restart?",
+     "your count restarts one column early, at the last token of the document before. Comparing each column "
+     "with its neighbour gives one flag fewer than columns; the flag for a new document must sit at the "
+     "column where the new id appears, not at the one before it."),
+    ("shared-rows", dict(shared=True),
+     "the first row of a batch is right in yours. Do the other rows start their documents at the same columns?",
+     "you cut every row where the first row's documents start. Each row of the batch packs other prompts, so "
+     "each row's starts come from its own doc_ids."),
+])
 
 
-def _bitwise_not(attention_mask, n_new):
-    """The is_pad recipe of the chapter applied as it is: ~ on a bool flips it, on an integer it flips the bits
-    (~1 = −2, ~0 = −1), on a float it fails."""
-    return ((~attention_mask).long().cumsum(-1) - 1).clamp(min=0)[:, -n_new:]
-
-
-_POSITION_MISTAKES = [
-    *variants(_step_positions, [
-        ("columns", dict(count="columns"),
-         "where does the first real token of a left-padded row stand in your positions? Should a pad move "
-         "the tokens after it?",
-         "your positions are the column indices: they count the padding too, so a prompt that comes after "
-         "pads does not start at 0. Only the real tokens count."),
-        ("counted-pads", dict(count="pads"),
-         "which value of attention_mask marks a real token? Your count grows at the pads and stands still "
-         "at the real tokens.",
-         "you counted the padding entries, as if the mask were is_pad. In attention_mask, 1 (or True) marks "
-         "a real token and 0 a pad: the opposite convention."),
-        ("sliced-first", dict(window="new"),
-         "right for a whole prompt, wrong after a cache: where does the first new token of a cached step "
-         "stand? Does your count know how many real tokens came before the new columns?",
-         "you counted the real tokens of the new columns only, so every cached step restarts at position "
-         "0. The count runs over the whole sequence so far; only then keep the last n_new columns."),
-        ("one-too-far", dict(start=0),
-         "which position should the first real token of a prompt get? Look at yours: every real token "
-         "stands one place too far.",
-         "your positions start at 1: the running count of real tokens includes the token itself, so a "
-         "prompt's first token gets 1. Positions start at 0."),
-        ("no-clamp", dict(clamp=False),
-         "what do your positions hold at the pads before a prompt, and which row of a position table would "
-         "that number read?",
-         "the pads before a prompt get −1, and an index of −1 silently reads the LAST row of a position "
-         "table. No position may go below 0."),
-    ]),
-    Mistake("assumes-left-padding",
-            "your positions are right for the rows padded on the left. Look at the row whose pads come at the "
-            "end: where do its real tokens stand?",
-            _assumes_left_padding,
-            more="you subtracted the row's number of pads from the column index, which is right only when "
-                 "every pad comes first. A right-padded row then starts below 0 and its real tokens stand at "
-                 "the wrong positions. Count the real tokens up to each column instead."),
-    Mistake("bitwise-not",
-            "what does ~ do to an integer tensor, and to a float one? And which value of attention_mask marks "
-            "a real token: does anything need flipping?",
-            _bitwise_not,
-            more="~ is a logical not only for bool tensors: on integers it flips the bits (~1 is −2, ~0 is "
-                 "−1), on floats it fails. And attention_mask already marks the real tokens with 1, so "
-                 "nothing needs flipping: the chapter's is_pad recipe does not carry over as it is."),
-]
-
-FLOAT_POSITIONS = Mistake(
-    "float-positions",
-    "your positions have the right values but are floats. Can a float tensor pick rows of a position table? "
-    "Where does the float come from?",
-    more="a cumulative sum keeps the dtype of what it sums, and attention_mask may be a float tensor. Positions "
-         "index a table, so they must be integers (int64) whatever the mask's dtype.")
-
-
-def _positions_dtype_look(verdict: Verdict, results) -> Verdict | None:
-    if verdict.mistake != "dtype":
-        return None
-    for _, got, _ in results.outputs():
-        if isinstance(got, torch.Tensor) and got.is_floating_point():
-            return named(FLOAT_POSITIONS)
-    return None
-
-
-@checker(mistakes=[*_POSITION_MISTAKES, FLOAT_POSITIONS])
-def check_step_positions(fn) -> Verdict:
-    """Check ``fn(attention_mask, n_new) -> positions``: (B, T) mask, 1 = real → (B, n_new) int64 positions."""
-    return judge(fn, _mask_cases(), _step_positions_reference, _POSITION_MISTAKES,
-                 diagnose=_positions_dtype_look,
-                 success="every row counts from its own first real token, across the cache, in int64 whatever "
-                         "the mask's dtype (bool, int64 and float masks; left, right and no padding; whole "
-                         "prompts and steps of 1 and 2 new tokens).")
+@checker(mistakes=_PACKED_MISTAKES)
+def check_packed_positions(fn) -> Verdict:
+    """Check ``fn(doc_ids) -> positions``: (B, T) int64 document of each token (−1 at a pad) → (B, T) int64
+    index of each token within its own document, 0 at a pad."""
+    return judge(fn, _packed_cases(), _packed_positions, _PACKED_MISTAKES,
+                 success="every document counts from 0 at its own first token, whatever its column, and every "
+                         "pad gets 0 (rows cut at different columns, one-token documents, rows ending in pads).")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,6 +157,18 @@ def _nonzero_guesses() -> list[Guess]:
               triangles + float(((T - n) * n).sum()),
               more="that would be right padding, where a pad after the prompt has every real key in its past. "
                    "With left padding the pads come first, and their past holds only padding."),
+        Guess("pad-rows-uniform",
+              "too high: your padding queries get weights on every key. What do the weights of a query with "
+              "nothing to read come out as?",
+              triangles + float((T - n).sum()) * T,
+              more="a padding query of a left-padded row has only padding keys in its past, all blocked. A finite "
+                   "fill would spread its weights over all T keys, but the chapter finds such rows and zeroes "
+                   "them: a query with nothing to read gets no weight at all."),
+        Guess("pads-read-pads",
+              "too high: your padding queries read the padding keys before them. Is a padding key ever read?",
+              triangles + float(((T - n) * (T - n + 1) / 2).sum()),
+              more="the padding mask blocks every padding key for every query, the padding queries included: "
+                   "a padding query before the prompt has nothing left to read, and its row is all zeros."),
         Guess("no-self",
               "too low: does a query read its own key?",
               float((n * (n - 1) / 2).sum()),
@@ -227,9 +190,9 @@ def check_nonzero_weights(value) -> Verdict:
 
 def _generation_cases() -> list[tuple]:
     cases = []
-    for seed, pos, lengths in ((1101, "learned", (4, 1, 6)), (1102, "rope", (2, 5, 3))):
+    for seed, pos, lengths in ((1117, "learned", (4, 1, 6)), (1128, "rope", (2, 5, 3))):   # a 0 is generated
         torch.manual_seed(seed)
-        model = GPT(19, 16, 2, 2, max_T=16, pos=pos).eval()
+        model = GPT(GPTConfig(19, 16, 2, 2, max_T=16, pos=pos)).eval()
         with torch.no_grad():   # a larger init: logits far from uniform, no near-ties
             for p in model.parameters():
                 if p.dim() == 2:
@@ -245,19 +208,29 @@ def _generation_reference(model, ids, attention_mask, n_new):
 
 
 def _greedy(model, ids, attention_mask, n_new, *, new_value=1, extend=True, prepend=False, use_pad=True,
-            read="zero-is-pad"):
-    """Greedy generation without a cache, with the planted mistakes' switches; the defaults are right.
+            read="zero-is-pad", cache=True, pick=-1, reset=False):
+    """Greedy generation as the exercise writes it, with the planted mistakes' switches; the defaults are right.
 
     ``new_value``: what the new column of attention_mask holds. ``read``: how attention_mask becomes is_pad,
-    "zero-is-pad" (right) or "one-is-pad" (the convention turned round).
+    "zero-is-pad" (right) or "one-is-pad" (the convention turned round). ``cache``: one KVCache per block and
+    each step fed alone (True), every token so far fed again at each step (False), fed again with the caches
+    kept ("kept"), or a fresh cache at each step ("fresh").
+    ``pick``: the position whose logits give the next token. ``reset``: the mask set to all ones after a step.
     """
+    caches = [KVCache() for _ in model.blocks] if cache else None
+    step = ids
     for _ in range(n_new):
         is_pad = attention_mask == 0 if read == "zero-is-pad" else attention_mask != 0
-        logits = model(ids, is_pad=is_pad) if use_pad else model(ids)
-        nxt = logits[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, nxt], dim=1)
-        column = torch.full_like(nxt, new_value)
-        if extend:
+        if cache == "fresh":
+            caches, is_pad = [KVCache() for _ in model.blocks], is_pad[:, -step.shape[1]:]
+        logits = model(step if cache in (True, "fresh") else ids, caches,
+                       is_pad=is_pad if use_pad else None)
+        step = logits[:, pick:pick + 1 or None].argmax(-1)
+        ids = torch.cat([ids, step], dim=1)
+        column = step if new_value == "token" else torch.full_like(step, new_value)
+        if reset:
+            attention_mask = torch.ones_like(ids)
+        elif extend:
             attention_mask = torch.cat([column, attention_mask] if prepend else [attention_mask, column], dim=1)
     return ids
 
@@ -268,21 +241,45 @@ _GENERATION_MISTAKES = variants(_greedy, [
      "it generated, what does it take that token for? Read the convention of attention_mask again.",
      "each generated token goes into attention_mask as a pad: in this convention 0 means padding and 1 a "
      "real token. So no later step reads the new tokens, and the positions after them stop counting."),
-    ("reads-ones-as-padding", dict(read="one-is-pad"),
-     "which tokens does the model take for padding now? Look at the first step: does it read the prompts' "
-     "own tokens?",
-     "the table you pass as is_pad is True at the real tokens, so the model reads the padding and ignores "
-     "the prompts. is_pad is True at a pad, attention_mask is 1 at a real token: one is the negation of the "
-     "other."),
+    *[("reads-ones-as-padding", dict(read="one-is-pad", new_value=new),
+       "which tokens does the model take for padding now? Look at the first step: does it read the prompts' "
+       "own tokens?",
+       "the table you pass as is_pad is True at the real tokens, so the model reads the padding and ignores "
+       "the prompts. is_pad is True at a pad, attention_mask is 1 at a real token: one is the negation of the "
+       "other.") for new in (1, 0)],
+    ("token-as-flag", dict(new_value="token"),
+     "right until a row generates token 0. Where does your padding flag of a new token come from: the "
+     "attention_mask's convention, or the token's id?",
+     "you took the generated token ids for flags (appended to attention_mask, or compared with the padding "
+     "id). Any id but 0 passes for 'real', but a generated 0 (the padding id here) is taken for a pad. A "
+     "generated token is always real: its flag is 1, whatever its id."),
+    ("refed-with-cache", dict(cache="kept"),
+     "each step feeds the whole sequence again, while the caches already hold it. What should a step feed "
+     "when the cache keeps the earlier positions?",
+     "with a KV cache each step feeds only the newest token: the earlier positions are in the cache already, "
+     "and feeding them again appends them a second time."),
+    ("fresh-cache", dict(cache="fresh"),
+     "a new token is fed alone, but what does the model remember of the prompt at that step?",
+     "you create new, empty caches at every step, so a step that feeds only the newest token sees nothing "
+     "before it. The caches are made once, before the loop, and grow with every step."),
+    ("first-position", dict(pick=0),
+     "which position's logits predict the next token of a row?",
+     "logits[:, t] predicts the token after position t: the next token comes from the last position, not the "
+     "first."),
+    ("pads-forgotten", dict(reset=True),
+     "the first new token of every row is right: what happens to the prompts' padding flags after it?",
+     "from the second step on the model reads the prompts' pads as real tokens: the mask was replaced with "
+     "ones, or is_pad was no longer passed. Keep the mask, append one column for each new token, and pass it "
+     "at every step."),
     ("not-extended", dict(extend=False),
      "the model is handed a padding table shorter than the sequence it has seen: does the mask grow as the "
      "tokens do?",
      "attention_mask must grow with ids: after appending a token, append one column to the mask as "
      "well."),
-    ("prepended", dict(prepend=True),
-     "the mask grows, but does its new column stand where the new token stands?",
-     "the new column went to the front of attention_mask, which shifts every flag one place to the right; "
-     "it belongs at the end, where the new token is."),
+    *[("prepended", dict(prepend=True, cache=cache),
+       "the mask grows, but does its new column stand where the new token stands?",
+       "the new column went to the front of attention_mask, which shifts every flag one place to the right; "
+       "it belongs at the end, where the new token is.") for cache in (True, False)],
     ("no-padding", dict(use_pad=False),
      "the rows without padding are right, the padded ones are not: does the model know where the padding "
      "is?",
@@ -313,25 +310,24 @@ def _sink_reference(T_q, T_k, window, n_sink):
     return sliding_window_mask(T_q, T_k, window=window, dtype=torch.bool) | sinks
 
 
-def _sink_window(T_q, T_k, window, n_sink, *, offset=0, keys=0, sinks="causal", use_offset=True):
+def _sink_window(T_q, T_k, window, n_sink, *, offset=0, keys=0, sinks="causal", use_offset=True, form="bool",
+                 extra_sinks=0):
     """The mask with the planted mistakes' switches; the defaults are right.
 
     Query i stands at position T_k − T_q + i (+ ``offset``), or at i without ``use_offset``; it reads the
     ``window`` (+ ``keys``) positions up to its own; ``sinks``: "causal" (the first n_sink keys, once in the
-    past), "always" (in the future too), "none", or "and" (a key must be in the window AND a sink).
+    past), "always" (in the future too), "none", or "and" (a key must be in the window AND a sink); ``form``:
+    "bool", "inverted" (True = blocked) or "additive" (0 / −∞). "no-window" reads every past key; "widened"
+    widens the window by n_sink instead of keeping sinks. ``extra_sinks``: sinks beyond the first n_sink.
     """
     i = torch.arange(T_q)[:, None] + ((T_k - T_q) if use_offset else 0) + offset
     j = torch.arange(T_k)[None, :]
     past = j <= i
-    in_window = past & (j > i - window - keys)
-    is_sink = j < n_sink
-    if sinks == "causal":
-        return in_window | (past & is_sink)
-    if sinks == "always":
-        return in_window | is_sink
-    if sinks == "and":
-        return in_window & is_sink
-    return in_window
+    in_window = past & (j > i - window - keys - (n_sink if sinks == "widened" else 0))
+    is_sink = j < n_sink + extra_sinks
+    mask = {"causal": in_window | (past & is_sink), "always": in_window | is_sink, "and": in_window & is_sink,
+            "none": in_window, "widened": in_window, "no-window": past}[sinks]
+    return {"bool": mask, "inverted": ~mask, "additive": torch.zeros(mask.shape).masked_fill(~mask, -math.inf)}[form]
 
 
 _SINK_MISTAKES = variants(_sink_window, [
@@ -348,6 +344,17 @@ _SINK_MISTAKES = variants(_sink_window, [
      "the window, the sinks, or only those that are both?",
      "a key is readable when it is in the window OR is a sink; your mask keeps only the keys that are "
      "both."),
+    ("sinks-plus-one", dict(extra_sinks=1),
+     "count the first keys that every later query reads: how many sinks does your mask keep?",
+     "your mask keeps n_sink + 1 first keys: the sinks are keys 0 … n_sink − 1."),
+    ("no-window", dict(sinks="no-window"),
+     "look at a query far from the start: does it read only its window and the sinks?",
+     "your mask is the causal mask: every past key stays readable. Between the sinks and the window, the "
+     "keys must be blocked."),
+    ("window-widened", dict(sinks="widened"),
+     "look at a query far from the start: does it still read the first n_sink keys, or a longer window?",
+     "you widened the window by n_sink keys. The sinks are the first n_sink keys of the sequence, readable "
+     "however far behind the window they are."),
     ("queries-from-zero", dict(use_offset=False),
      "right when T_q = T_k, wrong after a cache: when T_k > T_q, which positions do your rows stand for? "
      "Does the last row read the last key?",
@@ -365,19 +372,15 @@ _SINK_MISTAKES = variants(_sink_window, [
      "count the keys a query in the middle reads outside the sinks: how many should the window hold?",
      "each query reads only window − 1 recent keys: the window holds the query itself and the window − 1 "
      "keys before it."),
-]) + [
-    Mistake("inverted",
-            "your mask is True where a key is blocked. Which convention does the exercise ask for?",
-            lambda *case: ~_sink_reference(*case),
-            more="here, as in scaled_dot_product_attention, True means 'may attend'; your mask is True at the "
-                 "blocked keys."),
-    Mistake("float-mask",
-            "you returned an additive mask of 0 and −∞; the exercise asks for a boolean one, True where a "
-            "key may be read.",
-            lambda *case: torch.zeros(case[0], case[1]).masked_fill(~_sink_reference(*case), float("-inf")),
-            more="a float 0 / −∞ mask is added to the scores; the exercise asks for the boolean mask, True "
-                 "where query i may read key j, which masked_fill and SDPA's attn_mask read directly."),
-]
+    ("inverted", dict(form="inverted"),
+     "your mask is True where a key is blocked. Which convention does the exercise ask for?",
+     "here, as in scaled_dot_product_attention, True means 'may attend'; your mask is True at the blocked keys."),
+    ("float-mask", dict(form="additive"),
+     "you returned an additive mask of 0 and −∞; the exercise asks for a boolean one, True where a key may be "
+     "read.",
+     "a float 0 / −∞ mask is added to the scores; the exercise asks for the boolean mask, True where query i may "
+     "read key j, which masked_fill and SDPA's attn_mask read directly."),
+])
 
 FLOAT_01 = Mistake(
     "float-01-mask",

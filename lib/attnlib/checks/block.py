@@ -1,16 +1,10 @@
 """Exercise checkers for the block chapter (chapter 7).
 
-``check_layer_norm(fn)``: LayerNorm by hand for any number of leading axes, in float32, float64 and float16 (whose
-range and precision cannot hold the statistics of a large row: the result must still be LayerNorm, rounded).
-``check_mlp_in_chunks(fn)``: the MLP computed a few hidden columns at a time; a dispatch mode watches that no
-tensor of the learner's holds more hidden columns than allowed.
-``check_run_block(fn)``: :func:`run_block_as_given`, a block written as a loop over its two sublayers for either
-layout, with its bug fixed.
-``check_block_flops(n)``: a prediction of the FLOPs ``FlopCounterMode`` counts for one whole block.
-``check_layer_norm_from_rms(fn)``: LayerNorm made from torch's ``rms_norm``, checked against ``layer_norm``.
-
-Every call builds its inputs and modules afresh (and ``judge`` hands each run its own deep copy), so an answer
-that changes an input or a module in place cannot change the reference or a later verdict; it is named.
+``check_layer_norm(fn)``: ``fn(X, gamma, beta)`` → LayerNorm by hand, in float16, float32 and float64.
+``check_mlp_in_chunks(fn)``: ``fn(X, W_1, b_1, W_2, b_2, chunk)`` → the MLP, a few hidden columns at a time.
+``check_run_block(fn)``: ``fn(X, block)``, :func:`run_block_as_given` with its bug fixed.
+``check_block_flops(n)``: a predicted number of FLOPs ``FlopCounterMode`` counts for one block.
+``check_layer_norm_from_rms(fn)``: ``fn(X, gamma, beta)`` → LayerNorm made from torch's ``rms_norm``.
 """
 
 from __future__ import annotations
@@ -19,95 +13,36 @@ import functools
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..block import Block
-from ._core import (
-    Group,
-    Guess,
-    Mistake,
-    Verdict,
-    _close,
-    _fresh,
-    _gen,
-    checker,
-    judge,
-    judge_number,
-    named,
-    named_on,
-    variants,
-)
+from ._core import Group, Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
 __all__ = ["check_layer_norm", "check_mlp_in_chunks", "check_run_block", "check_block_flops",
            "check_layer_norm_from_rms", "run_block_as_given"]
 
 EPS = 1e-5                                       # the LayerNorm epsilon of torch and of the library
-_GENERIC = ("values", "dtype", "shape", "error")  # verdicts a diagnosis may improve on
 
 
-class _Watch(TorchDispatchMode):
-    """Records, while active, the names of the aten operators run and the shapes of the tensors they return."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: set[str] = set()
-        self.shapes: list[tuple[int, ...]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.ops.add(func.overloadpacket.__name__)
-        self.shapes += [tuple(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        return out
-
-
-def _watched(fn, seen: list[_Watch]):
-    """``fn`` run under a :class:`_Watch`, appended to ``seen``; its signature stays the learner's."""
-    if not callable(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def run(*args):
-        watch = _Watch()
-        seen.append(watch)
-        with watch:
-            return fn(*args)
-    return run
-
-
-def _runs(fn, cases):
-    """The learner's outputs on fresh copies of ``cases`` (an exception where one raised)."""
-    outs = []
-    for case in cases:
-        try:
-            outs.append(fn(*_fresh(case)))
-        except Exception as e:  # noqa: BLE001 - the learner's bug, judged by the caller
-            outs.append(e)
-    return outs
-
-
-def _right(out, want, atol: float) -> bool:
-    return isinstance(out, torch.Tensor) and _close(out, want, atol)
+def _called(mistake: Mistake, name: str, where: str = "ops"):
+    """The property "the learner's call ran ``name``" (an aten operator, or a Python function's qualified name)."""
+    return lambda case, got, args, watch: named(mistake) if name in getattr(watch, where) else None
 
 
 # ------------------------------------------------------------------------------------------------ LayerNorm
+def _ln_case(g, spread, offset, *shape):
+    """float64 (X, gamma, beta) with X (*shape) drawn around ``offset``, gamma around 1 and beta around 0."""
+    X = spread * torch.randn(*shape, generator=g, dtype=torch.float64) + offset
+    gamma = 1 + 0.5 * torch.randn(shape[-1], generator=g, dtype=torch.float64)
+    beta = 0.5 * torch.randn(shape[-1], generator=g, dtype=torch.float64)
+    return X, gamma, beta
+
+
 def _norm_groups():
-    """(X, gamma, beta) built fresh, one group per tolerance.
-
-    float32: rows far from mean 0 and std 1, one row of tiny variance (ε matters), and inputs of two and of four
-    axes. float64: one case, so that lowering its precision shows. float16: rows with a large common offset (a
-    mean that float16 holds only to a quarter) and rows with a large spread (squares beyond its 65504).
-    """
+    """(X, gamma, beta) built fresh, one group per tolerance: a row of tiny variance (ε matters), float64,
+    and float16 rows with a large offset or spread (also run in float32, where only cancellation fails)."""
     g = _gen(71)
-
-    def case(*shape, dtype=torch.float32):
-        d = shape[-1]
-        X = 3 * torch.randn(*shape, generator=g, dtype=torch.float64) + 1
-        gamma = 1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)
-        beta = 0.5 * torch.randn(d, generator=g, dtype=torch.float64)
-        return X, gamma, beta
-
+    case = functools.partial(_ln_case, g, 3, 1)
     X, gamma, beta = case(5, 8)                                        # (T, d_model)
     X[2] = 0.1 + 2e-3 * torch.randn(8, generator=g, dtype=torch.float64)   # variance ≈ 4e-6, below ε = 1e-5
     fp32 = [tuple(t.float() for t in c) for c in (case(2, 5, 8), (X, gamma, beta), case(2, 2, 3, 6))]
@@ -116,43 +51,31 @@ def _norm_groups():
     rows = torch.randn(4, 16, generator=g, dtype=torch.float64)
     X[0, 1], X[1, 2] = 300 + rows[0], -180 + 0.7 * rows[1]            # large offsets
     X[0, 3], X[1, 0] = 400 * rows[2], 50 + 300 * rows[3]              # large spreads
-    fp16 = [(X.half(), gamma.half(), beta.half())]
-    return [Group(fp32, 1e-5), Group(fp64, 1e-9), Group(fp16, 8e-3)]
-
-
-def _cases(groups, dtype=None):
-    return [c for grp in groups for c in grp.cases if dtype is None or c[0].dtype == dtype]
-
-
-def _tolerance(dtype) -> float:
-    return 8e-3 if dtype == torch.float16 else 1e-5
-
-
-def _work(X) -> torch.dtype:
-    """The dtype to compute in: float32 for float16 input, the input's own dtype otherwise."""
-    return torch.promote_types(X.dtype, torch.float32)
+    fp16 = (X.half(), gamma.half(), beta.half())
+    return [Group(fp32, 1e-5), Group([tuple(t.float() for t in fp16)], 1e-4), Group(fp64, 1e-9),
+            Group([fp16], 8e-3)]
 
 
 def _layer_norm(X, gamma, beta):
     """The exact LayerNorm (computed in float64), rounded to the dtype of X."""
-    d = X.shape[-1:]
-    return F.layer_norm(X.double(), d, gamma.double(), beta.double(), EPS).to(X.dtype)
+    return F.layer_norm(X.double(), X.shape[-1:], gamma.double(), beta.double(), EPS).to(X.dtype)
 
 
-def _ln_variant(X, gamma, beta, *, dim=-1, unbiased=False, eps="inside", center=True, affine=True):
+def _ln_variant(X, gamma, beta, *, dim=-1, unbiased=False, eps="inside", value=EPS, center=True, affine=True,
+                swap=False):
     """LayerNorm written out, computed in float32 or wider and rounded to X's dtype; every switch's default is
-    right, any other value plants a mistake.
-
-    ``dim``: the axis normalised (2: counted from the front). ``unbiased``: divide the variance by n − 1.
-    ``eps``: "inside" √(var + ε), "none" or "outside" (√var + ε). ``center``: subtract the mean. ``affine``:
-    scale by gamma, shift by beta.
-    """
-    x, gamma, beta = (t.to(_work(X)) for t in (X, gamma, beta))
+    right, any other value plants a mistake (``dim`` 2 counts the axis from the front)."""
+    x, gamma, beta = (t.to(torch.promote_types(X.dtype, torch.float32)) for t in (X, gamma, beta))
+    gamma, beta = (beta, gamma) if swap else (gamma, beta)
     mu = x.mean(dim, keepdim=True)
     var = x.var(dim, keepdim=True, unbiased=unbiased)
-    spread = {"inside": torch.sqrt(var + EPS), "none": torch.sqrt(var), "outside": torch.sqrt(var) + EPS}[eps]
+    spread = {"inside": torch.sqrt(var + value), "none": torch.sqrt(var), "outside": torch.sqrt(var) + value}[eps]
     Y = ((x - mu) if center else x) / spread
     return (Y * gamma + beta if affine else Y).to(X.dtype)
+
+
+def _not_half(case) -> bool:
+    return case[0].dtype != torch.float16
 
 
 _LN_TABLE = variants(_ln_variant, [
@@ -179,46 +102,37 @@ _LN_TABLE = variants(_ln_variant, [
      "only the row of tiny variance is off. Where does ε enter your formula, before or after the square root?",
      "ε belongs under the square root, added to the variance; you added it to the standard deviation. The "
      "two differ on a row of tiny variance like one of the test rows."),
+    ("eps-value", dict(value=1e-6),
+     "only the row of tiny variance is off, and ε sits in the right place. How large is your ε?",
+     "your ε is 1e-6; this LayerNorm (like torch's default) uses ε = 1e-5, which matters on a row whose variance "
+     "is about as small."),
     ("no-gamma-beta", dict(affine=False),
      "every row of yours has mean 0 and standard deviation 1. What do gamma and beta do?",
      "the normalisation is right, but the learned scale and shift are missing: multiply by gamma, then add "
      "beta, feature by feature."),
+    ("gamma-beta-swapped", dict(swap=True),
+     "the normalised rows are right, but the scale and the shift are not: which of gamma and beta multiplies?",
+     "you multiplied by beta and added gamma. gamma is the scale (it multiplies), beta the shift (it is added)."),
     ("no-centering", dict(center=False),
      "do the rows of your result, before gamma and beta, have mean 0?",
      "you divided by the standard deviation without subtracting the mean first."),
-])
+], where=_not_half)         # float16 blurs these; they are named on the wider cases
 
-HALF_STATISTICS = Mistake(
+_LN_MISTAKES = [*_LN_TABLE, Mistake(
     "float16-statistics",
     "your function is right in float32 and float64 but not in float16, on the rows with a large offset or a "
     "large spread. Which of your intermediate numbers can float16 not hold, or not hold precisely enough? "
-    "What are its largest number and its spacing near 300?",
+    "What are its largest number and its spacing near 300?", _layer_norm,
     more="your mean and variance are computed in float16. A variance above 65504 overflows to inf, and a mean "
          "near 300 is rounded to a multiple of 0.25, which shifts the whole centred row. Do the arithmetic in "
-         "float32 (float64 stays float64) and round to float16 only at the end.")
-
-CANCELLATION = Mistake(
+         "float32 (float64 stays float64) and round to float16 only at the end.", where=_not_half), Mistake(
     "cancellation",
-    "your function is right on ordinary rows, but on the float16 rows with a large offset it would be wrong "
-    "even in float32. What happens when you subtract two large numbers that are nearly equal?",
+    "your function is right on ordinary rows, but on the rows with a large offset it is wrong even in "
+    "float32. What happens when you subtract two large numbers that are nearly equal?", _layer_norm,
     more="you compute the variance as the mean of the squares minus the square of the mean. For a row near 300 "
          "both are about 90 000 and their difference, about 1, keeps few correct digits (and in float16 the "
-         "squares overflow). Subtract the mean first, then average the squared deviations.")
-
-DTYPE_CHANGED = Mistake(
-    "dtype-changed",
-    "your numbers are right, but a {want} input X gets a {got} result. Which dtype should leave your "
-    "function, and which of your lines changes it?",
-    more="your result is {got} for a {want} input. Compute in a wider dtype where you need to, but give the "
-         "caller back the dtype of X: float16 stays float16, and float64 is never lowered to float32.")
-
-LN_LOWERED = Mistake(
-    "float64-lowered",
-    "your float64 result agrees with LayerNorm to only about seven digits, float32's precision. Where do your "
-    "numbers pass through float32?",
-    more="part of your computation runs in float32 for a float64 input (a fixed cast, or a tensor created "
-         "without a dtype), so the result has float32's precision even where its dtype is float64. Compute "
-         "in float32 only when X is narrower than that.")
+         "squares overflow). Subtract the mean first, then average the squared deviations.",
+    where=lambda case: bool(case[0].abs().max() < 100))]
 
 CALLED_LAYER_NORM = Mistake(
     "called-layer-norm",
@@ -227,60 +141,19 @@ CALLED_LAYER_NORM = Mistake(
     more="your function calls torch's layer_norm (or a LayerNorm module). Compute the mean and the variance of "
          "each token's vector yourself, then normalise, scale and shift.")
 
-_LN_MISTAKES = [*_LN_TABLE, HALF_STATISTICS, CANCELLATION, DTYPE_CHANGED, LN_LOWERED, CALLED_LAYER_NORM]
 
-
-def _dtype_changed(outputs) -> Verdict | None:
-    """The verdict for a result of another dtype than X whose values are right, else None."""
-    for case, out, _ in outputs:
-        X = case[0]
-        exact = _layer_norm(*(t.double() for t in case))
-        if isinstance(out, torch.Tensor) and out.dtype != X.dtype and out.shape == X.shape \
-                and _close(out, exact, max(_tolerance(out.dtype), _tolerance(X.dtype))):
-            return named(DTYPE_CHANGED, got=str(out.dtype).removeprefix("torch."),
-                         want=str(X.dtype).removeprefix("torch."))
-    return None
-
-
-@checker(mistakes=_LN_MISTAKES)
+@checker(mistakes=[*_LN_MISTAKES, CALLED_LAYER_NORM])
 def check_layer_norm(fn) -> Verdict:
-    """Check ``fn(X, gamma, beta)``: X (..., d_model) in float16, float32 or float64, gamma and beta (d_model,) of
-    its dtype → LayerNorm with ε = 1e-5, of the shape and dtype of X."""
-    groups = _norm_groups()
-
-    def diagnose(verdict: Verdict, results) -> Verdict | None:
-        if verdict.mistake == "precision":        # the core's float64 check: a float32 round trip
-            return named(LN_LOWERED)
-        if verdict.mistake not in _GENERIC:
-            return None
-        outputs = results.outputs()
-        found = _dtype_changed(outputs)
-        if found is not None:
-            return found
-        half = _cases(groups, torch.float16)
-        wide_right = all(_right(o, _layer_norm(*c), 1e-5) for c, o, _ in outputs if c[0].dtype != torch.float16)
-        upcast = [tuple(t.float() for t in c) for c in half]
-        if wide_right and all(_right(o, _layer_norm(*c), 1e-5) for o, c in zip(_runs(fn, upcast), upcast)):
-            return named(HALF_STATISTICS)
-        exact = [tuple(t.double() for t in c) for c in half]
-        if wide_right and all(_right(o, _layer_norm(*c), 1e-5) for o, c in zip(_runs(fn, exact), exact)):
-            return named(CANCELLATION)
-        # a mistake that float16 also blurs: named on the float32 and float64 cases
-        return named_on(results, _LN_TABLE, _layer_norm, where=lambda case: case[0].dtype != torch.float16)
-
-    seen: list[_Watch] = []
-    verdict = judge(_watched(fn, seen), groups, _layer_norm, _LN_TABLE, diagnose=diagnose,
-                    success="every token's vector is normalised over its last axis, in float16 too, and comes "
-                            "back in the dtype it came in.")
-    if verdict.ok and any("native_layer_norm" in w.ops for w in seen):
-        return named(CALLED_LAYER_NORM)
-    return verdict
+    """``fn(X, gamma, beta)``: X (..., d_model) in float16, float32 or float64 → LayerNorm (ε = 1e-5), X's dtype."""
+    return judge(fn, _norm_groups(), _layer_norm, _LN_MISTAKES, watch=True,
+                 properties=_called(CALLED_LAYER_NORM, "native_layer_norm"),
+                 success="every token's vector is normalised over its last axis, in float16 too, and comes "
+                         "back in the dtype it came in.")
 
 
 # ------------------------------------------------------------------------------------------ MLP in chunks
 def _mlp_cases():
-    """(X, W_1, b_1, W_2, b_2, chunk) built fresh: d_ff never 4·d_model; one d_ff not a multiple of chunk, one
-    that is, and a float64 case (whose result must stay float64) with chunk < d_model."""
+    """d_ff never 4·d_model; one d_ff not a multiple of chunk, one that is, and float64 with chunk < d_model."""
     cases = []
     g = _gen(73)
     for lead, d_model, d_ff, chunk, dtype in (((2, 4), 6, 40, 16, torch.float32),
@@ -300,21 +173,16 @@ def _mlp(X, W_1, b_1, W_2, b_2, chunk):
 
 
 def _chunk_variant(X, W_1, b_1, W_2, b_2, chunk, *, act="gelu", gelu_on="hidden", b_2_each=False, tail=True,
-                   width="W_1"):
-    """The MLP in chunks of hidden columns; every switch's default is right, any other value plants a mistake.
-
-    ``act``: "gelu", "tanh-gelu", "relu" or "none". ``gelu_on``: "hidden" (right), "partial" (each chunk's
-    product with W_2), "sum" or "sum+b_2" (the summed output, before or after b_2). ``b_2_each``: add b_2 in
-    every chunk. ``tail``: keep the last, shorter chunk. ``width``: d_ff read from W_1, or assumed "4·d_model".
-    """
+                   width="W_1", whole=None):
+    """The MLP in chunks of hidden columns; every switch's default is right, any other value plants a mistake."""
     f = {"gelu": F.gelu, "tanh-gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
          "none": lambda t: t}[act]
     d_ff = W_1.shape[1] if width == "W_1" else 4 * X.shape[-1]
     stop = d_ff if tail else d_ff // chunk * chunk
     out = torch.zeros_like(X)
     for a in range(0, stop, chunk):
-        hidden = X @ W_1[:, a:a + chunk] + b_1[a:a + chunk]
-        part = (f(hidden) if gelu_on == "hidden" else hidden) @ W_2[a:a + chunk]
+        hidden = X @ W_1[:, a:a + chunk] + (b_1 if whole == "b_1" else b_1[a:a + chunk])
+        part = (f(hidden) if gelu_on == "hidden" else hidden) @ (W_2 if whole == "W_2" else W_2[a:a + chunk])
         out = out + (f(part) if gelu_on == "partial" else part) + (b_2 if b_2_each else 0)
     if gelu_on == "sum":
         return f(out) + b_2
@@ -327,6 +195,10 @@ _GELU_AFTER = ("GELU acts on each hidden column, between W_1 and W_2. Where does
                "you applied GELU after the product with W_2, to the output (or to each chunk's share of it). "
                "It belongs on the hidden columns, before they are multiplied by W_2; after W_2 it is a "
                "different function.")
+_UNCUT = ("a chunk of the hidden layer met a piece of another width. Which of the MLP's four parameters run along "
+          "d_ff, and did you cut each of them along that axis, at the same hidden columns?",
+          "W_1's columns, b_1 and W_2's rows all run along the hidden axis, d_ff long; each chunk needs the same "
+          "hidden columns of all three, while X and b_2 are used whole.")
 
 _CHUNK_TABLE = variants(_chunk_variant, [
     ("b_2-each-chunk", dict(b_2_each=True),
@@ -343,9 +215,7 @@ _CHUNK_TABLE = variants(_chunk_variant, [
      "how wide is the hidden layer in these tests? Where does your function take d_ff from?",
      "you took d_ff = 4·d_model, the usual choice, but these MLPs have other widths. Read d_ff from the "
      "shape of the weights."),
-    ("gelu-after-W_2", dict(gelu_on="partial"), *_GELU_AFTER),
-    ("gelu-after-W_2", dict(gelu_on="sum"), *_GELU_AFTER),
-    ("gelu-after-W_2", dict(gelu_on="sum+b_2"), *_GELU_AFTER),
+    *[("gelu-after-W_2", dict(gelu_on=on), *_GELU_AFTER) for on in ("partial", "sum", "sum+b_2")],
     ("relu", dict(act="relu"),
      "in your hidden layer, do small negative values come out as exactly zero? Which activation does this "
      "course's MLP use?",
@@ -357,6 +227,7 @@ _CHUNK_TABLE = variants(_chunk_variant, [
     ("tanh-gelu", dict(act="tanh-gelu"),
      "you are close everywhere, but not equal. Which form of GELU do you use?",
      "you used the tanh approximation of GELU. The library uses the exact form, x·Φ(x), torch's default."),
+    *[("uncut", dict(whole=part), *_UNCUT) for part in ("b_1", "W_2")],
 ])
 
 FULL_HIDDEN = Mistake(
@@ -367,71 +238,21 @@ FULL_HIDDEN = Mistake(
          "(or a product as wide) was made in one go. Cut W_1's columns, b_1 and W_2's rows the same way, one "
          "chunk of hidden columns at a time, and add each chunk's share of the output to a running sum.")
 
-UNCUT = Mistake(
-    "uncut",
-    "a chunk of the hidden layer met a piece of another width. Which of the MLP's four parameters run along "
-    "d_ff, and did you cut each of them along that axis, at the same hidden columns?",
-    more="W_1's columns, b_1 and W_2's rows all run along the hidden axis, d_ff long; each chunk needs the same "
-         "hidden columns of all three, while X and b_2 are used whole.")
 
-ACCUMULATOR_DTYPE = Mistake(
-    "accumulator-dtype",
-    "your numbers are right, but a {want} input gets a {got} result. Where is your running sum created, and "
-    "which dtype does a new tensor get when you do not say?",
-    more="a tensor created without a dtype is float32, and adding into it in place keeps it float32. Create "
-         "the running sum with the dtype (and device) of X, or start it from a tensor that already has them.")
-
-CHUNK_LOWERED = Mistake(
-    "float64-lowered",
-    "the float64 case is right only to about seven digits, float32's precision. Which of your tensors is "
-    "float32?",
-    more="numbers that pass through a float32 tensor keep only float32's precision, even when the result "
-         "is promoted back to float64. A tensor created without a dtype (a running sum of zeros?) is float32: "
-         "create it with the dtype of X.")
-
-_CHUNK_MISTAKES = [*_CHUNK_TABLE, FULL_HIDDEN, UNCUT, ACCUMULATOR_DTYPE, CHUNK_LOWERED]
-
-
-def _too_wide(watch: _Watch, case) -> int | None:
-    """The widest last axis, above chunk, among the tensors made while watching (inputs' shapes and d_model
-    wide tensors excepted): the hidden layer held whole."""
+def _too_wide(case, got, args, watch) -> Verdict | None:
+    """FULL_HIDDEN when a tensor made while watching, other than the inputs, is wider than chunk and d_model."""
     X, *_, chunk = case
     given = {tuple(t.shape) for t in case[:5]}
     widths = [s[-1] for s in watch.shapes if s and s not in given and s[-1] > chunk and s[-1] != X.shape[-1]]
-    return max(widths, default=None)
+    return named(FULL_HIDDEN, width=max(widths), chunk=chunk) if widths else None
 
 
-@checker(mistakes=_CHUNK_MISTAKES)
+@checker(mistakes=[*_CHUNK_TABLE, FULL_HIDDEN])
 def check_mlp_in_chunks(fn) -> Verdict:
-    """Check ``fn(X, W_1, b_1, W_2, b_2, chunk)``: GELU(X W_1 + b_1) W_2 + b_2 for X (..., d_model), W_1 (d_model,
-    d_ff), W_2 (d_ff, d_model), with no tensor of the learner's more than ``chunk`` hidden columns wide."""
-    cases = _mlp_cases()
-
-    def diagnose(verdict: Verdict, results) -> Verdict | None:
-        if verdict.mistake == "error" and any(s in verdict.message for s in (
-                "must match the size", "cannot be multiplied", "size mismatch", "shapes cannot")):
-            return named(UNCUT, f" ({verdict.message})")
-        if verdict.mistake == "precision":        # the core's float64 check: a float32 round trip
-            return named(CHUNK_LOWERED)
-        if verdict.mistake != "dtype":
-            return None
-        for case, out, _ in results.outputs():
-            X = case[0]
-            if isinstance(out, torch.Tensor) and out.dtype != X.dtype:
-                return named(ACCUMULATOR_DTYPE, got=str(out.dtype).removeprefix("torch."),
-                             want=str(X.dtype).removeprefix("torch."))
-        return None
-
-    seen: list[_Watch] = []
-    verdict = judge(_watched(fn, seen), cases, _mlp, _CHUNK_TABLE, diagnose=diagnose,
-                    success="one chunk of hidden columns at a time, each adding its share of the output, b_2 "
-                            "once; the same numbers as the whole MLP.")
-    if verdict.ok:
-        for case, watch in zip(cases, seen):      # a correct answer ran once on each case, in order
-            width = _too_wide(watch, case)
-            if width is not None:
-                return named(FULL_HIDDEN, width=width, chunk=case[-1])
-    return verdict
+    """``fn(X, W_1, b_1, W_2, b_2, chunk)``: the MLP, no tensor more than ``chunk`` hidden columns wide."""
+    return judge(fn, _mlp_cases(), _mlp, _CHUNK_TABLE, watch=True, properties=_too_wide,
+                 success="one chunk of hidden columns at a time, each adding its share of the output, b_2 "
+                         "once; the same numbers as the whole MLP.")
 
 
 # ------------------------------------------------------------------------------- find the bug: one loop, two layouts
@@ -452,33 +273,28 @@ _BLOCK_CASES = ((75, 2, 5, 8, 2, "pre"), (76, 1, 4, 12, 3, "post"), (77, 1, 6, 1
                 (78, 2, 3, 8, 2, "post"))     # seed, B, T, d_model, h, layout
 
 
-def _fresh_block(i: int):
-    """Case i: X (B, T, d_model) and a new Block with non-trivial LayerNorms; the same numbers on every call."""
-    seed, B, T, d_model, h, norm = _BLOCK_CASES[i]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        block = Block(d_model, h, norm=norm).eval()
-        with torch.no_grad():
-            for ln in (block.ln_1, block.ln_2):
-                ln.weight.normal_(1.0, 0.3)
-                ln.bias.normal_(0.0, 0.3)
-        X = 2 * torch.randn(B, T, d_model) + 0.5
-    return X, block
-
-
 def _block_cases():
-    return [_fresh_block(i) for i in range(len(_BLOCK_CASES))]
+    """X (B, T, d_model) and a new Block with non-trivial LayerNorms per case; the same numbers on every call."""
+    cases = []
+    for seed, B, T, d_model, h, norm in _BLOCK_CASES:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            block = Block(d_model, h, norm=norm).eval()
+            with torch.no_grad():
+                for ln in (block.ln_1, block.ln_2):
+                    ln.weight.normal_(1.0, 0.3)
+                    ln.bias.normal_(0.0, 0.3)
+            cases.append((2 * torch.randn(B, T, d_model) + 0.5, block))
+    return cases
 
 
 def _block_variant(X, b, *, pre="right", post="right", swap_norms=False):
     """Both layouts written out from b's parts; every switch's default is right, any other value plants a
-    mistake. ``pre``: "right", "normed-residual" (the function as given), "mlp-reads-X", "no-residual",
-    "normed-output" (each sublayer reads the raw stream, its output normalised) or "post" (the Post-Norm
-    formula). ``post``: "right" or "pre" (the Pre-Norm formula). ``swap_norms``: ln_2 with attention, ln_1
-    with the MLP."""
+    mistake."""
     ln_1, ln_2 = (b.ln_2, b.ln_1) if swap_norms else (b.ln_1, b.ln_2)
     way = pre if b.norm == "pre" else {"right": "post", "pre": "right"}[post]
-    if way == "right":
+    if way in ("right", "no-norm"):
+        ln_1, ln_2 = (ln_1, ln_2) if way == "right" else (torch.nn.Identity(), torch.nn.Identity())
         H = X + b.attn(ln_1(X))
         return H + b.mlp(ln_2(H))
     if way == "post":
@@ -487,6 +303,9 @@ def _block_variant(X, b, *, pre="right", post="right", swap_norms=False):
     if way == "normed-residual":
         H = ln_1(X) + b.attn(ln_1(X))
         return ln_2(H) + b.mlp(ln_2(H))
+    if way == "roles-swapped":
+        H = ln_1(X) + b.attn(X)
+        return ln_2(H) + b.mlp(H)
     if way == "mlp-reads-X":
         return X + b.attn(ln_1(X)) + b.mlp(ln_2(X))
     if way == "no-residual":
@@ -529,6 +348,14 @@ _RUN_MISTAKES = [
          "in your Pre-Norm branch, which tensor does each sublayer read: the stream, or a normalised copy?",
          "your sublayers read the raw stream and their outputs are normalised. In Pre-Norm the LayerNorm "
          "comes before the sublayer: it reads a normalised copy, and its output is added as it is."),
+        ("no-norm", dict(pre="no-norm"),
+         "in your Pre-Norm branch, is a LayerNorm still used at all?",
+         "your Pre-Norm branch adds each sublayer's output to the stream, but the sublayer reads the raw "
+         "stream: the LayerNorm that comes before each sublayer is gone."),
+        ("roles-swapped", dict(pre="roles-swapped"),
+         "in your Pre-Norm branch, which tensor does the sublayer read, and which one does the residual carry?",
+         "the two roles are swapped: your sublayer reads the raw stream while the residual path carries the "
+         "normalised copy. The normalised copy only feeds the sublayer; the residual carries the stream."),
         ("norms-swapped", dict(swap_norms=True),
          "does each sublayer get its own LayerNorm, the one the block keeps for it?",
          "ln_1 belongs to attention and ln_2 to the MLP; you paired them the other way round."),
@@ -543,39 +370,14 @@ CALLED_BLOCK = Mistake(
          "mlp yourself, in the order each layout gives.")
 
 
-def _calls_recorded(fn, seen: list[int]):
-    """``fn`` with the block's own forward replaced (on the learner's copy) by one that counts its calls."""
-    if not callable(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def run(X, block, *rest):
-        forward = block.forward
-
-        def counted(*args, **kwargs):
-            seen.append(1)
-            return forward(*args, **kwargs)
-
-        block.forward = counted
-        try:
-            return fn(X, block, *rest)
-        finally:
-            del block.forward
-    return run
-
-
 @checker(mistakes=[*_RUN_MISTAKES, CALLED_BLOCK])
 def check_run_block(fn) -> Verdict:
-    """Check ``fn(X, block)`` is :func:`run_block_as_given` with its bug fixed: what block(X) computes, for
-    Pre-Norm and Post-Norm blocks, X (B, T, d_model) → (B, T, d_model), built from the block's four parts."""
-    seen: list[int] = []
+    """``fn(X, block)``: run_block_as_given fixed, block(X) from the block's four parts, either layout."""
     with torch.no_grad():
-        verdict = judge(_calls_recorded(fn, seen), _block_cases(), lambda X, block: block(X), _RUN_MISTAKES,
-                        success="each sublayer reads a normalised copy in Pre-Norm and the stream in Post-Norm; "
-                                "the residual path carries the stream itself.")
-    if verdict.ok and seen:
-        return named(CALLED_BLOCK)
-    return verdict
+        return judge(fn, _block_cases(), lambda X, block: block(X), _RUN_MISTAKES, watch=True,
+                     properties=_called(CALLED_BLOCK, "Block.forward", "calls"),
+                     success="each sublayer reads a normalised copy in Pre-Norm and the stream in Post-Norm; "
+                             "the residual path carries the stream itself.")
 
 
 # ---------------------------------------------------------------------------------- predict: a block's FLOPs
@@ -649,8 +451,7 @@ def _flops_guesses(T: int, d_model: int, h: int, d_ff: int) -> list[Guess]:
 
 @checker(kind="predict", mistakes=_flops_guesses(**_FLOPS_QUESTION))
 def check_block_flops(n) -> Verdict:
-    """Check a predicted number of FLOPs that ``FlopCounterMode`` counts for ``Block(48, h=4, d_ff=128,
-    backend="plain")`` on one sequence of 10 tokens."""
+    """A predicted FLOP count of ``Block(48, h=4, d_ff=128, backend="plain")`` on 10 tokens."""
     want = _block_flops(**_FLOPS_QUESTION)                               # measured, not computed
     return judge_number(n, want, _flops_guesses(**_FLOPS_QUESTION), rtol=1e-9,
                         success="the four projections, the MLP's two matrices at its own d_ff, and QKᵀ and the "
@@ -660,33 +461,27 @@ def check_block_flops(n) -> Verdict:
 
 # ----------------------------------------------------------------------------- extend: LayerNorm from RMSNorm
 def _rms_cases():
-    """(X, gamma, beta) built fresh: rows with a clear mean (so centring shows), one row of tiny variance (so ε
-    shows, and torch's default ε differs), and a float64 (T, d_model) case."""
+    """Rows with a clear mean, one row of tiny variance (so ε shows), and a float64 (T, d_model) case."""
     g = _gen(78)
-
-    def case(*shape):
-        X = 2 * torch.randn(*shape, generator=g, dtype=torch.float64) + 1.5
-        gamma = 1 + 0.5 * torch.randn(shape[-1], generator=g, dtype=torch.float64)
-        beta = 0.5 * torch.randn(shape[-1], generator=g, dtype=torch.float64)
-        return X, gamma, beta
-
+    case = functools.partial(_ln_case, g, 2, 1.5)
     tiny = case(1, 4, 6)
     tiny[0][0, 1] = -0.4 + 2e-3 * torch.randn(6, generator=g, dtype=torch.float64)   # variance ≈ 4e-6 < ε
     return [tuple(t.float() for t in c) for c in (case(2, 5, 8), tiny)] + [case(6, 8)]
 
 
-def _layer_norm_same_dtype(X, gamma, beta):
-    return F.layer_norm(X, X.shape[-1:], gamma, beta, EPS)
+_layer_norm_same_dtype = lambda X, gamma, beta: F.layer_norm(X, X.shape[-1:], gamma, beta, EPS)
 
 
-def _from_rms_variant(X, gamma, beta, *, center=-1, eps=EPS, shift=True, gamma_inside=True):
-    """LayerNorm from torch's rms_norm; every switch's default is right, any other value plants a mistake.
-
-    ``center``: the axis whose mean is subtracted (None: no centring). ``eps``: rms_norm's ε (None: its default,
-    the dtype's machine epsilon). ``shift``: add beta. ``gamma_inside``: gamma given to rms_norm, or left out.
-    """
-    Xc = X if center is None else X - X.mean(center, keepdim=True)
-    Y = F.rms_norm(Xc, X.shape[-1:], gamma if gamma_inside else None, eps=eps)
+def _from_rms_variant(X, gamma, beta, *, center=-1, eps=EPS, shift=True, gamma_inside=True, swap=False, axes=1,
+                      after=False):
+    """LayerNorm from torch's rms_norm; every switch's default is right, any other value plants a mistake."""
+    gamma, beta = (beta, gamma) if swap else (gamma, beta)
+    Xc = X if center is None or after else X - X.mean(center, keepdim=True)
+    if axes == 2:
+        Y = F.rms_norm(Xc, X.shape[-2:], eps=eps) * gamma
+    else:
+        Y = F.rms_norm(Xc, X.shape[-1:], gamma if gamma_inside and not after else None, eps=eps)
+    Y = (Y - Y.mean(-1, keepdim=True)) * gamma if after else Y
     return Y + beta if shift else Y
 
 
@@ -701,16 +496,32 @@ _RMS_TABLE = variants(_from_rms_variant, [
      "one?",
      "rms_norm's default ε is the machine epsilon of the dtype (about 1.2e-7 in float32), not LayerNorm's "
      "1e-5. Pass LayerNorm's ε explicitly."),
+    ("eps-value", dict(eps=1e-6),
+     "every row is right but the one of tiny variance, and you did give rms_norm an ε. How large is it?",
+     "your ε is 1e-6; LayerNorm here uses ε = 1e-5, which matters on a row whose variance is about as small."),
     ("no-beta", dict(shift=False),
      "each row is normalised and scaled right. What is missing from LayerNorm's formula?",
      "the shift beta is missing: RMSNorm has no shift, LayerNorm adds beta at the end."),
     ("no-gamma", dict(gamma_inside=False),
      "each row is normalised and then shifted. Is it scaled?",
      "the scale gamma is missing: give it to rms_norm as its weight, or multiply by it before adding beta."),
+    ("gamma-beta-swapped", dict(swap=True),
+     "each row is normalised right, but scaled and shifted wrong: which of gamma and beta is the weight?",
+     "you passed beta as rms_norm's weight and added gamma. gamma is the scale (the weight), beta the shift."),
     ("center-wrong-axis", dict(center=-2),
      "change one token's vector: does only that token's output change? Over which axis is your mean taken?",
      "you subtracted the mean over the positions, the second-to-last axis. Each token's vector is centred "
      "by its own mean, over d_model."),
+    ("rms-wrong-axes", dict(axes=2),
+     "change one token's vector: does only that token's output change? Over which axes does your rms_norm "
+     "take its mean of squares?",
+     "your normalized_shape covers the last two axes, so rms_norm divides by one root mean square over the "
+     "whole (T, d_model) slice. LayerNorm normalises each token's vector alone: the last axis only."),
+    ("centred-after", dict(after=True),
+     "your output rows have mean beta, but their spread is off. Did you centre the row before rms_norm divides "
+     "it, or after?",
+     "you subtracted the mean from rms_norm's output. rms_norm must divide the centred row: its root mean "
+     "square is then the standard deviation. Centre first, then call rms_norm."),
 ])
 
 CALLED_LAYER_NORM_RMS = Mistake(
@@ -723,12 +534,8 @@ CALLED_LAYER_NORM_RMS = Mistake(
 
 @checker(mistakes=[*_RMS_TABLE, CALLED_LAYER_NORM_RMS])
 def check_layer_norm_from_rms(fn) -> Verdict:
-    """Check ``fn(X, gamma, beta)``: LayerNorm with ε = 1e-5 for X (..., d_model), gamma and beta (d_model,),
-    against ``torch.nn.functional.layer_norm``, in float32 and float64."""
-    seen: list[_Watch] = []
-    verdict = judge(_watched(fn, seen), _rms_cases(), _layer_norm_same_dtype, _RMS_TABLE,
-                    success="centred first, RMSNorm is LayerNorm's division: its mean of squares is then the "
-                            "variance.")
-    if verdict.ok and any("native_layer_norm" in w.ops for w in seen):
-        return named(CALLED_LAYER_NORM_RMS)
-    return verdict
+    """``fn(X, gamma, beta)``: LayerNorm (ε = 1e-5) made from torch's rms_norm."""
+    return judge(fn, _rms_cases(), _layer_norm_same_dtype, _RMS_TABLE, watch=True,
+                 properties=_called(CALLED_LAYER_NORM_RMS, "native_layer_norm"),
+                 success="centred first, RMSNorm is LayerNorm's division: its mean of squares is then the "
+                         "variance.")

@@ -1,21 +1,17 @@
 """Exercise checkers for the capstone: a bug hunt with the four reading questions.
 
-``check_fixed_sublayer(fn)``: ``fn(X, ln_1, W_Q, W_K, W_V)`` must be the attention sublayer of a Pre-Norm block
-(single head) without the four bugs of :func:`buggy_sublayer`, one bug per question. A version that still holds
-some of them gets a hint that names one of those left.
-``check_cached_attention(fn)``: ``fn(X_new, K_past, V_past, W_Q, W_K, W_V)`` must be causal attention for new
-positions whose earlier K and V are cached, without the bug of :func:`buggy_cached_attention` (a question-3 bug:
-the mask compares the keys with the wrong query positions).
-``check_gpt2_lines(lines)``: for each question, the line of GPT-2's installed source that answers it; each line is
-confirmed by behaviour, by changing it in a small GPT-2 (:func:`attnlib.gpt2_reading.line_finding`), never by
-comparing strings.
-``check_which_question(answers)``: for each planted copy of GPT-2's code (:data:`attnlib.gpt2_reading.PLANTED`),
-the question whose check it fails, found by asking the copy the four questions (:func:`attnlib.gpt2_reading.ask_gpt2`).
+``check_fixed_sublayer(fn)``: ``fn(X, ln_1, W_Q, W_K, W_V)`` → the single-head attention sublayer of a Pre-Norm
+block without :func:`buggy_sublayer`'s four bugs, one per question.
+``check_block_weights(fn)``, ``check_qkv_per_head(fn)``: ``fn(model, ids, l)`` → block l's attention weights, or its
+per-head Q, K and V, caught by a hook on a GPT-2 and removed afterwards.
+``check_gpt2_lines(lines)``: {question: the line of GPT-2's source that answers it}, confirmed by behaviour.
+``check_which_question(answers)``: {planted copy: the question whose check it fails}.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 
@@ -23,12 +19,11 @@ import torch
 from torch import nn
 
 from .._validate import _integer, boundary
-from ..attention import attention
-from ._core import Group, Mistake, Verdict, _gen, checker, judge, named, variants
+from ._core import Mistake, Verdict, _gen, _in_library, checker, judge, named, variants
 
 __all__ = [
-    "check_fixed_sublayer", "check_cached_attention", "buggy_sublayer", "buggy_cached_attention",
-    "sublayer_with_bugs", "check_gpt2_lines", "check_which_question",
+    "check_fixed_sublayer", "buggy_sublayer", "sublayer_with_bugs", "check_gpt2_lines", "check_which_question",
+    "check_block_weights", "check_qkv_per_head",
 ]
 
 
@@ -46,23 +41,6 @@ def buggy_sublayer(X, ln_1, W_Q, W_K, W_V):
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     P = torch.softmax(Z, dim=-2).masked_fill(future, 0.0)
     return P @ K
-
-
-def buggy_cached_attention(X_new, K_past, V_past, W_Q, W_K, W_V):
-    """Causal attention for T_new new positions after T_past cached ones, with one bug.
-
-    X_new (..., T_new, d_model), K_past (..., T_past, d_k), V_past (..., T_past, d_v)
-    → (..., T_new, d_v).
-    """
-    T_past, T_new = K_past.shape[-2], X_new.shape[-2]
-    q = torch.einsum("...nd,dk->...nk", X_new, W_Q)
-    k = torch.cat([K_past, torch.einsum("...nd,dk->...nk", X_new, W_K)], dim=-2)
-    v = torch.cat([V_past, torch.einsum("...nd,dv->...nv", X_new, W_V)], dim=-2)
-    Z = torch.einsum("...ik,...jk->...ij", q, k) / q.shape[-1] ** 0.5
-    query_at = torch.arange(T_new)[:, None]              # the position of each query
-    key_at = torch.arange(T_past + T_new)[None, :]       # the position of each key
-    Z = torch.where(key_at <= query_at, Z, float("-inf"))
-    return torch.einsum("...ij,...jv->...iv", Z.softmax(dim=-1), v)
 
 
 # --- the sublayer with any set of the four bugs ------------------------------------------------------------------
@@ -93,25 +71,24 @@ _BUGS = {
 }
 
 
-def _sublayer(X, ln_1, W_Q, W_K, W_V, *, bugs=(), kv_source="ln", scale=True, keys_on_rows=False):
-    """The sublayer with the planted ``bugs`` (a subset of 1…4) and a few other typical slips.
-
-    ``kv_source="all-x"``: Q, K and V all read X, skipping LN₁.
-    """
+def _sublayer(X, ln_1, W_Q, W_K, W_V, *, bugs=(), kv_source="ln", scale=True, keys_on_rows=False, blocked=1,
+              transposed=False):
+    """The sublayer with the planted ``bugs`` (a subset of 1…4) and a few other typical slips."""
     Xn = ln_1(X)
     Q = (X if kv_source == "all-x" else Xn) @ W_Q
     src = X if 1 in bugs or kv_source == "all-x" else Xn            # where K and V are read from
     K, V = src @ W_K, src @ W_V
     S = K @ Q.transpose(-2, -1) if keys_on_rows else Q @ K.transpose(-2, -1)
-    Z = S / math.sqrt(Q.shape[-1]) if scale else S
+    Z = S / math.sqrt(X.shape[-1] if scale == "d_model" else Q.shape[-1]) if scale else S
     T = Z.shape[-1]
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    ones = torch.ones(T, T, dtype=torch.bool)
+    future = ones.tril(-1) if blocked == "past" else ones.triu(blocked)
     dim = -2 if 2 in bugs else -1
     if 3 in bugs:
         P = torch.softmax(Z, dim=dim).masked_fill(future, 0.0)
     else:
         P = torch.softmax(Z.masked_fill(future, float("-inf")), dim=dim)
-    return P @ (K if 4 in bugs else V)
+    return (P.transpose(-2, -1) if transposed else P) @ (K if 4 in bugs else V)
 
 
 def _sublayer_with_bugs_args(questions) -> dict:
@@ -125,11 +102,8 @@ def _sublayer_with_bugs_args(questions) -> dict:
 
 @boundary(_sublayer_with_bugs_args)
 def sublayer_with_bugs(*questions: int):
-    """The attention sublayer with the bugs of the given questions (1–4) planted, one bug per question.
-
-    ``sublayer_with_bugs(1, 2, 3, 4)`` computes what :func:`buggy_sublayer` computes; ``sublayer_with_bugs()``
-    is the correct sublayer.
-    """
+    """The attention sublayer with the bugs of the given questions (1–4) planted: ``sublayer_with_bugs()``
+    is the correct sublayer, ``sublayer_with_bugs(1, 2, 3, 4)`` computes what :func:`buggy_sublayer` computes."""
     bugs = frozenset(questions)
 
     def sublayer(X, ln_1, W_Q, W_K, W_V):
@@ -174,12 +148,28 @@ _SUBLAYER_MISTAKES = [
     ("no-scale", dict(scale=False),
      "compare the spread of your scores with the formula's: which step keeps them from growing with d_k?",
      "the division by the square root of d_k is missing."),
+    ("scale-d-model", dict(scale="d_model"),
+     "your scores are divided by the square root of which width? Q and K have d_k columns, X has d_model.",
+     "you divide by √d_model, the width of X; the scale is √d_k, the width of a query and a key."),
+    ("q3-mask-diagonal", dict(blocked=0),
+     "question 3: may a query read its own position? Look at the first row of your weights.",
+     "your mask also blocks the diagonal, so each query loses its own key and the first query has no key left "
+     "(its row comes out NaN). Only the keys after the query are blocked."),
+    ("q3-mask-past", dict(blocked="past"),
+     "question 3: which keys does your mask block, the earlier ones or the later ones?",
+     "your mask blocks every key before the query and leaves the future open. The blocked entries are those "
+     "above the diagonal, j > i."),
+    ("q2-transposed-weights", dict(bugs=(2,), transposed=True),
+     "question 2: your rows now sum to 1, but does row i of the weights that meet V still belong to query i? "
+     "Which positions does output 0 read?",
+     "you kept softmax over the queries and transposed P afterwards, so row i of what meets V is column i of "
+     "the table: how key i is shared among the queries, with the mask on the wrong side. Run softmax over the "
+     "keys of each query's row and use P as it is."),
 ])
 
 
 def _sublayer_cases() -> list[tuple]:
-    """Fresh inputs on every call: X far from normalised, an ln_1 whose scale and shift are not 1 and 0; one
-    case with two batch axes in float64."""
+    """X far from normalised, an ln_1 that is not the identity; two batch axes in float64."""
     g = _gen(2017)
     cases = []
     for shape, d_k, d_v, dtype in (((6, 8), 4, 4, torch.float32),          # d_k = d_v lets P @ K run silently
@@ -198,131 +188,23 @@ def _sublayer_cases() -> list[tuple]:
 
 @checker(mistakes=_SUBLAYER_MISTAKES)
 def check_fixed_sublayer(fn) -> Verdict:
-    """Check ``fn(X, ln_1, W_Q, W_K, W_V)``, X (..., T, d_model), equals softmax(QKᵀ/√d_k + M) V with Q, K, V
-    all from ln_1(X); shape (..., T, d_v). Names each of buggy_sublayer's four bugs that is still there."""
+    """``fn(X, ln_1, W_Q, W_K, W_V)``: buggy_sublayer without its four bugs; each bug left is named."""
     return judge(fn, _sublayer_cases(), lambda X, ln_1, *W: _sublayer(X, ln_1, *W), _SUBLAYER_MISTAKES,
                  success="Q, K, V all from ln_1(X), queries on the rows with softmax over the keys, "
                          "the mask before softmax, the weights times V.")
 
 
-# --- cached attention: the queries are the LAST positions ----------------------------------------------------------
-
-def _cached(X_new, K_past, V_past, W_Q, W_K, W_V, *, start="past", shift=0, own=True, new_kv=True,
-            order="past-first", mask_after=False, times_K=False, scale=True, dim=-1):
-    """Cached attention with the planted mistakes' switches; the defaults are right.
-
-    New query i stands at position T_past + i (``start="past"``) or at i (``"zero"``), plus ``shift``; it reads
-    the keys up to its own position (``own``), or all keys (``start="none"``). ``order``: the new K and V go
-    after the cached ones ("past-first") or before them.
-    """
-    Q = X_new @ W_Q
-    K, V = K_past, V_past
-    if new_kv:
-        K_new, V_new = X_new @ W_K, X_new @ W_V
-        pair = ((K_past, K_new), (V_past, V_new)) if order == "past-first" else ((K_new, K_past), (V_new, V_past))
-        K, V = torch.cat(pair[0], dim=-2), torch.cat(pair[1], dim=-2)
-    S = Q @ K.transpose(-2, -1)
-    Z = S / math.sqrt(Q.shape[-1]) if scale else S
-    T_past, T_new, T_k = K_past.shape[-2], X_new.shape[-2], K.shape[-2]
-    query_at = torch.arange(T_new)[:, None] + (T_past if start == "past" else 0) + shift
-    key_at = torch.arange(T_k)[None, :]
-    allowed = (key_at <= query_at) if own else (key_at < query_at)
-    if start == "none":
-        allowed = torch.ones(T_new, T_k, dtype=torch.bool)
-    if mask_after:
-        P = torch.softmax(Z, dim=dim).masked_fill(~allowed, 0.0)
-    else:
-        P = torch.softmax(Z.masked_fill(~allowed, float("-inf")), dim=dim)
-    return P @ (K if times_K else V)
-
-
-def _cached_reference(X_new, K_past, V_past, W_Q, W_K, W_V):
-    K = torch.cat([K_past, X_new @ W_K], dim=-2)
-    V = torch.cat([V_past, X_new @ W_V], dim=-2)
-    return attention(X_new @ W_Q, K, V)          # the library's mask puts the queries at the last positions
-
-
-_CACHED_MISTAKES = variants(_cached, [
-    ("queries-from-zero", dict(start="zero"),
-     "question 3 (where is the mask added, and what does it compare?): which position does row i of the score "
-     "table stand for once T_past keys are cached? Check what your mask compares each key's position with.",
-     "question 3: the mask numbers the new queries 0 … T_new − 1, as if nothing were cached. Row i of the table "
-     "is the query at position T_past + i, so a new query cannot see most of the past."),
-    ("offset-one-too-far", dict(shift=1),
-     "question 3: does your mask let a new query read a key after its own position? Count the keys of the first "
-     "new row.",
-     "your rows stand one position too far: each new query also reads the key after its own, which is its "
-     "future."),
-    ("misses-own-key", dict(own=False),
-     "does a new query read its own key? Look at a step with one new token: which keys does it read?",
-     "your mask also blocks each query's own key. A query may read every key up to and including its own "
-     "position; its own key and value are part of what it reads."),
-    ("no-mask", dict(start="none"),
-     "right for one new token, wrong for several: may the first of three new tokens read the other two?",
-     "there is no mask any more. One new token may read every key, but with several new positions the earlier "
-     "ones must not read the later ones."),
-    ("no-new-kv", dict(new_kv=False),
-     "question 1: do the new positions read their own keys and values? Count the columns of your score "
-     "table.",
-     "the new positions read only the cached K and V: their own keys and values belong in the table too, "
-     "after the cached ones."),
-    ("keys-out-of-order", dict(order="new-first"),
-     "question 2: which position does column j of your score table stand for? Does the order in which K and "
-     "V are joined agree with the positions your mask assumes?",
-     "the new keys and values come before the cached ones, so column j no longer stands at position j, and "
-     "the mask blocks the wrong keys. The cache holds the earlier positions: it comes first."),
-    ("softmax-over-queries", dict(dim=-2),
-     "question 2: which axis of your weights sums to 1?",
-     "softmax runs over the new queries; each query's weights over the keys must sum to 1."),
-    ("mask-after-softmax", dict(mask_after=True),
-     "question 3: do the rows of your weights still sum to 1?",
-     "the future is zeroed after softmax, so the rows no longer sum to 1: the blocked scores must be −∞ "
-     "before softmax."),
-    ("weights-times-K", dict(times_K=True),
-     "question 4: which tensor do your weights multiply?",
-     "the weights multiply K; they must average the values."),
-    ("no-scale", dict(scale=False),
-     "compare the spread of your scores with the formula's: which step keeps them from growing with d_k?",
-     "the division by the square root of d_k is missing."),
-])
-
-
-def _cached_cases() -> list[Group]:
-    """One new token after 4 cached (the generation step), 3 new after 3 (a prompt in two pieces) with d_k ≠
-    d_v, 2 new after 5 with two batch axes in float64, and 4 new after 6 in float16 (its own tolerance)."""
-    g = _gen(2024)
-
-    def case(lead, T_past, T_new, d_k, d_v, dtype):
-        def draw(*shape):
-            return torch.randn(*shape, generator=g).to(dtype)
-        return (draw(*lead, T_new, 8), draw(*lead, T_past, d_k), draw(*lead, T_past, d_v),
-                *(0.5 * draw(8, n) for n in (d_k, d_k, d_v)))
-
-    return [Group([case((), 4, 1, 4, 4, torch.float32), case((2,), 3, 3, 4, 3, torch.float32),
-                   case((2, 3), 5, 2, 4, 6, torch.float64)], 1e-5),
-            Group([case((), 6, 4, 8, 8, torch.float16)], 2e-2)]
-
-
-@checker(mistakes=_CACHED_MISTAKES)
-def check_cached_attention(fn) -> Verdict:
-    """Check ``fn(X_new, K_past, V_past, W_Q, W_K, W_V)`` → (..., T_new, d_v): the new queries read every cached
-    key and the new keys up to their own position, in the dtype of the inputs."""
-    return judge(fn, _cached_cases(), _cached_reference, _CACHED_MISTAKES,
-                 success="new query i stands at position T_past + i and reads every key up to there, its own "
-                         "included (one and several new tokens, extra batch axes, float16 to float64).")
-
-
 # --- GPT-2's code: quote the line that answers each question --------------------------------------------------------
 
-_GPT2: list = []   # the small GPT-2 that the checkers change lines of (built once, never given out)
-
-
-def _gpt2():
+@functools.cache
+def _gpt2(biased: bool = False):
+    """The small GPT-2 the checkers change, built once; ``biased``: random c_attn biases, for the spies."""
     from ..gpt2_reading import tiny_gpt2
 
-    if not _GPT2:
-        _GPT2.append(tiny_gpt2(seed=0))
-    return _GPT2[0]
+    model, g = tiny_gpt2(seed=0), _gen(30)
+    for block in model.transformer.h if biased else ():
+        block.attn.c_attn.bias.copy_(torch.randn(48, generator=g, dtype=torch.float64))
+    return model
 
 
 @contextlib.contextmanager
@@ -508,10 +390,7 @@ def _shown(x) -> str:
 
 @checker(kind="predict", mistakes=[LINES_STUB, LINES_TYPE, LINES_KEYS, *_LINE_MISTAKES.values()])
 def check_gpt2_lines(lines) -> Verdict:
-    """``lines``: {1: line, 2: line, 3: line, 4: line}, each a line of GPT-2's source (gpt2_sources) that answers
-    that reading question. Each is found in the installed source and confirmed by behaviour: the checker changes
-    it in a small GPT-2 and compares the result with the model the answer predicts (see
-    :func:`attnlib.gpt2_reading.line_finding`)."""
+    """``lines``: {question: a line of GPT-2's source}, each confirmed by changing it in a small GPT-2."""
     from ..gpt2_reading import QUESTIONS
 
     if lines is ... or lines is None:
@@ -555,57 +434,43 @@ WHICH_NUMBER = Mistake(
     more="copy {letter}: give the number of the reading question whose check the copy fails, a whole number from "
          "1 to 4; got {got}.")
 
-_WHICH = {   # (copy, the question answered) → (hint, second level), for each question that does not catch it
-    ("A", 2): ("copy A still makes its table from the queries and keys it receives, with softmax along the keys. "
-               "Is what it receives right? Which position's input does each row of a head's queries come from?",
-               "the table and softmax are GPT-2's own. The changed line gives the queries their head axis by a "
-               "reshape alone, so a head's query row mixes the columns of several positions."),
-    ("A", 3): ("the future does leak in copy A, but the mask is built and added as before: the lowest float sits "
-               "at every j > i. Which position's input does each row of a head's queries come from?",
-               "the mask is untouched and softmax's input is masked exactly where it should be. The queries are "
-               "wrong: reshaping (B, T, h·d_head) straight to (B, h, T, d_head) without a transpose makes a "
-               "head's row i read other positions, some of them later ones."),
-    ("A", 4): ("copy A's weights still multiply the values it receives. Look earlier: which position's input does "
-               "each row of a head's queries come from?",
-               "the last steps are GPT-2's own. The changed line gives the queries their head axis by a reshape "
-               "alone, so a head's query row mixes the columns of several positions."),
-    ("B", 1): ("copy B's Q, K and V are the right projections, the cached keys and values included. What changes "
-               "between a whole prompt, where B is right, and a cached step?",
-               "on a whole prompt copy B gives GPT-2's logits; only a step with a cache differs. Q, K and V pass "
-               "the first check there too: look at which keys the mask lets each new query read."),
-    ("B", 2): ("copy B still puts the queries on the rows and runs softmax along the keys. With a cache, at which "
-               "positions does its mask think the new queries stand?",
-               "the table is (T_q, T_k) and its rows sum to 1. The changed line numbers the new queries from 0, "
-               "as if nothing were cached, so the mask hides cached keys from them."),
-    ("B", 4): ("copy B's weights still multiply V. With a cache, at which positions does its mask think the new "
-               "queries stand?",
-               "P · V is computed as before. The changed line numbers the new queries from 0, as if nothing were "
-               "cached, so the mask hides cached keys from them."),
-    ("C", 1): ("copy C's Q, K and V are GPT-2's own. Add up its weights along each axis: which one sums to 1?",
-               "the projections are untouched. The changed line runs softmax along the queries, so each key's "
-               "column of weights sums to 1 instead of each query's row."),
-    ("C", 3): ("copy C adds the mask before softmax as GPT-2 does, and the future weights are 0. Add up its "
-               "weights along each axis: which one sums to 1?",
-               "the mask is right. The changed line runs softmax along the queries, so each key's column of "
-               "weights sums to 1 instead of each query's row."),
-    ("C", 4): ("copy C's weights multiply V as GPT-2's do. Add up the weights along each axis: which one sums "
-               "to 1?",
-               "P · V is computed as before, but P is not GPT-2's: the changed line runs softmax along the "
-               "queries, so each key's column sums to 1 instead of each query's row."),
-    ("D", 2): ("copy D makes its table from the keys it receives, queries on the rows. Are those keys the keys? "
-               "Follow them through the cache.",
-               "the table is built as before, from what arrives. The changed line hands the cache the values "
-               "where it expects the keys, and back: K and V come out swapped."),
-    ("D", 3): ("copy D's mask is GPT-2's own, added before softmax. What goes into the cache, and what comes "
-               "back out?",
-               "the mask is untouched. The changed line hands the cache the values where it expects the keys, "
-               "and back: every block scores with V and averages K."),
-    ("D", 4): ("copy D's weights multiply what it holds as the values. Follow K and V through the cache: are "
-               "they still the keys and the values?",
-               "the product is as before, but its operands are not: the changed line hands the cache the values "
-               "where it expects the keys, so the weights average K and the scores use V."),
+_WHICH_LINE = {   # what each copy's changed line does: the second level of every wrong question for that copy
+    "A": "the changed line gives the queries their head axis by a reshape alone: (B, T, h·d_head) read straight as "
+         "(B, h, T, d_head), without the transpose, so a head's query row i mixes the columns of other positions, "
+         "some of them later ones. The mask is intact; the queries are not.",
+    "B": "on a whole prompt copy B gives GPT-2's logits; only a step with a cache differs. The changed line numbers "
+         "the new queries from 0, as if nothing were cached, so the mask hides cached keys from them.",
+    "C": "the projections and the mask are untouched. The changed line runs softmax along the queries, so each "
+         "key's column of weights sums to 1 instead of each query's row.",
+    "D": "the changed line hands the cache the values where it expects the keys, and back: K and V come out "
+         "swapped, so every block scores with V and averages K.",
 }
-_WHICH_MISTAKES = {key: Mistake(f"{key[0]}-not-{key[1]}", hint, more=more) for key, (hint, more) in _WHICH.items()}
+_WHICH = {   # (copy, the question answered) → the first hint, for each question that does not catch it
+    ("A", 2): "copy A still makes its table from the queries and keys it receives, with softmax along the keys. "
+              "Is what it receives right? Which position's input does each row of a head's queries come from?",
+    ("A", 3): "the future does leak in copy A, but the mask is built and added as before: the lowest float sits "
+              "at every j > i. Which position's input does each row of a head's queries come from?",
+    ("A", 4): "copy A's weights still multiply the values it receives. Look earlier: which position's input does "
+              "each row of a head's queries come from?",
+    ("B", 1): "copy B's Q, K and V are the right projections, the cached keys and values included. What changes "
+              "between a whole prompt, where B is right, and a cached step?",
+    ("B", 2): "copy B still puts the queries on the rows and runs softmax along the keys. With a cache, at which "
+              "positions does its mask think the new queries stand?",
+    ("B", 4): "copy B's weights still multiply V. With a cache, at which positions does its mask think the new "
+              "queries stand?",
+    ("C", 1): "copy C's Q, K and V are GPT-2's own. Add up its weights along each axis: which one sums to 1?",
+    ("C", 3): "copy C adds the mask before softmax as GPT-2 does, and the future weights are 0. Add up its weights "
+              "along each axis: which one sums to 1?",
+    ("C", 4): "copy C's weights multiply V as GPT-2's do. Add up the weights along each axis: which one sums to 1?",
+    ("D", 2): "copy D makes its table from the keys it receives, queries on the rows. Are those keys the keys? "
+              "Follow them through the cache.",
+    ("D", 3): "copy D's mask is GPT-2's own, added before softmax. What goes into the cache, and what comes back "
+              "out?",
+    ("D", 4): "copy D's weights multiply what it holds as the values. Follow K and V through the cache: are they "
+              "still the keys and the values?",
+}
+_WHICH_MISTAKES = {key: Mistake(f"{key[0]}-not-{key[1]}", hint, more=f"question {key[1]}'s check passes: "
+                                + _WHICH_LINE[key[0]]) for key, hint in _WHICH.items()}
 WHICH_OTHER = Mistake(
     "wrong-question", "copy {letter} passes the check of question {given} ({question}): ask it the other questions.",
     more="the checker planted copy {letter} in a small GPT-2 and asked it question {given}: that check passes. "
@@ -623,8 +488,7 @@ def _caught(letter: str) -> list[int]:
 @checker(kind="predict",
          mistakes=[WHICH_STUB, WHICH_TYPE, WHICH_KEYS, WHICH_NUMBER, WHICH_OTHER, *_WHICH_MISTAKES.values()])
 def check_which_question(answers) -> Verdict:
-    """``answers``: {"A": q, "B": q, "C": q, "D": q}, the question (1–4) whose check each planted copy of GPT-2's
-    code fails. The checker plants each copy in a small GPT-2 and asks it the four questions (ask_gpt2)."""
+    """``answers``: {copy letter: the question (1–4) whose check that planted copy of GPT-2 fails}."""
     from ..gpt2_reading import PLANTED, QUESTIONS
 
     letters = list(PLANTED)
@@ -649,3 +513,175 @@ def check_which_question(answers) -> Verdict:
     return Verdict(True, "each copy planted in a small GPT-2 and asked the four questions: "
                          + "; ".join(f"{letter} fails the check of question {caught[letter][0]} "
                                      f"({QUESTIONS[caught[letter][0]]})" for letter in letters) + ".")
+
+
+# --- spies on GPT-2: forward hooks that the learner writes ---------------------------------------------------------
+
+def _spy(model, module, ids):
+    """(first input, output) of ``module`` while ``model`` reads ``ids``, by a hook removed afterwards."""
+    seen = {}
+    hook = module.register_forward_hook(lambda mod, args, out: seen.update(x=args[0], out=out))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    return seen["x"], seen["out"]
+
+
+def _weights(model, ids, l, *, shift=0, first=False, what="weights", keys_on_rows=False, mean=False):
+    """Block l's weights P (B, h, T, T), or with a switch another tensor of the attention, of another block."""
+    block = model.transformer.h[0 if first else l - 1 + shift]
+    x, out = _spy(model, block if what.startswith("block") else block.attn, ids)
+    if what in ("block", "output", "block-whole"):
+        return out if what == "block-whole" else out[1 if what == "block" else 0]
+    P = out[1].softmax(-1) if what == "softmax-again" else out[1]
+    if what in ("softmax-input", "no-mask"):
+        from ..gpt2_reading import _heads, _projections
+
+        Q, K, _ = (_heads(t, model.config.n_head) for t in _projections(block.attn, x))
+        Z = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])                 # (B, h, T, T)
+        future = torch.ones(Z.shape[-2:], dtype=torch.bool).triu(1)
+        P = Z.softmax(-1) if what == "no-mask" else Z.masked_fill(future, torch.finfo(Z.dtype).min)
+    P = P.transpose(-2, -1) if keys_on_rows else P
+    return P.mean(1) if mean else P
+
+
+def _qkv(model, ids, l, *, shift=0, first=False, heads="transpose", order=(0, 1, 2), bias=True, interleaved=False,
+         scaled=False, ln=True):
+    """Block l's Q, K, V, each (B, h, T, d_head), from c_attn's output, or with a switch a planted slip."""
+    block = model.transformer.h[0 if first else l - 1 + shift]
+    attn = block.attn
+    y = _spy(model, attn.c_attn, ids)[1] if ln else attn.c_attn(_spy(model, block, ids)[0])
+    y = y - (0 if bias else attn.c_attn.bias)                                     # (B, T, 3·d_model)
+    B, T, d, h = *y.shape[:2], y.shape[-1] // 3, model.config.n_head
+    parts = (y.reshape(B, T, d, 3).unbind(-1) if interleaved == "columns" else
+             y.reshape(B, T, h, 3, d // h).unbind(3) if interleaved else y.split(d, dim=-1))
+    parts = [parts[i].reshape(B, T, d) for i in order]
+    parts[0] = parts[0] / math.sqrt(d // h) if scaled else parts[0]
+    split = {"none": lambda p: p, "reshape": lambda p: p.reshape(B, h, T, d // h),
+             "unmoved": lambda p: p.reshape(B, T, h, d // h),
+             "heads-last": lambda p: p.reshape(B, T, d // h, h).permute(0, 3, 1, 2),
+             "transpose": lambda p: p.reshape(B, T, h, d // h).transpose(1, 2)}[heads]
+    return tuple(split(p) for p in parts)
+
+
+_NEXT_BLOCK = ("next-block", dict(shift=1),
+               "which block did you hook? The book numbers the blocks 1 … L; the model's list counts from 0.",
+               "this is block l + 1: the model's list of blocks counts from 0, the book's blocks from 1.")
+_FIRST_BLOCK = ("first-block", dict(first=True),
+                "right for l = 1 only: for l = 2 you return block 1's. Where does your function use l?",
+                "whatever l is, your answer comes from block 1: a hook on every block that keeps the first catch, "
+                "or a fixed index, gives that. Hook block l alone (the model's list counts from 0).")
+_WEIGHTS_MISTAKES = variants(_weights, [
+    _NEXT_BLOCK, _FIRST_BLOCK,
+    ("attention-output", dict(what="output"),
+     "the attention module gives back more than one thing. Which of them has one row and one column per "
+     "position, for each head?",
+     "this is the attention's output (B, T, d_model), the first thing its forward returns; the weights are the "
+     "second."),
+    ("block-output", dict(what="block"),
+     "which module did you hook? A block returns its output X_l only; the weights come from a module inside it.",
+     "the hook sits on the whole block, whose output is one tensor: indexing it takes a batch row, not the "
+     "weights. Hook the block's attention module."),
+    ("block-output", dict(what="block-whole"),
+     "which module did you hook? A block returns its output X_l only; the weights come from a module inside it.",
+     "the hook sits on the whole block, whose output is X_l (B, T, d_model), not the weights. Hook the block's "
+     "attention module, which returns its weights beside its output."),
+    ("softmax-again", dict(what="softmax-again"),
+     "your rows sum to 1, but are they flatter than the attention's own? What did the hook catch: scores, or "
+     "weights already?",
+     "the attention module returns the weights P themselves, after softmax; running softmax on them again "
+     "flattens every row. Return what the hook caught."),
+    ("before-softmax", dict(what="softmax-input"),
+     "do the rows of what you return sum to 1? What did you catch, softmax's input or its output?",
+     "this is what softmax received, the scaled scores plus the mask (the lowest float at the future), not the "
+     "weights it made of them."),
+    ("no-mask", dict(what="no-mask"),
+     "is any weight of a query on a later key 0 in what you return? Where did your table lose the mask?",
+     "your weights are softmax of the unmasked scores: made by hand from Q and K, they miss the mask that "
+     "GPT-2 adds. Catch the weights the attention itself made."),
+    ("keys-on-rows", dict(keys_on_rows=True),
+     "which axis of your table sums to 1? Entry (i, j) should be query i's weight on key j.",
+     "your table is transposed: each column sums to 1, so the keys are on the rows."),
+    ("mean-over-heads", dict(mean=True),
+     "count the axes of what you return: where did the heads go?",
+     "you averaged the heads; the answer keeps one table per head, (B, h, T, T)."),
+])
+_QKV_MISTAKES = variants(_qkv, [
+    _NEXT_BLOCK, _FIRST_BLOCK,
+    ("no-transpose", dict(heads="reshape"),
+     "question 1: does row t of a head's queries come from position t's input alone? Check one head's row "
+     "against the unsplit Q.",
+     "the head axis came from a reshape alone: reading the projection's memory straight as heads mixes the "
+     "columns of several positions into one row. Split the last axis into heads where it stands, then move the "
+     "heads' axis before the positions'."),
+    ("heads-not-split", dict(heads="none"),
+     "the core receives each of Q, K and V per head. How many axes should each have?",
+     "your Q, K and V still hold every head side by side in their last axis: split it into h heads of width "
+     "d_head, and put the heads' axis before the positions'."),
+    ("split-by-heads-first", dict(interleaved=True),
+     "in what order does c_attn lay out its 3·d_model columns: all of Q, then K, then V, or per head?",
+     "you split every head's columns in three; c_attn's columns hold all of Q first, then all of K, then all "
+     "of V, and each is split into heads afterwards."),
+    ("heads-not-moved", dict(heads="unmoved"),
+     "your heads are split, but in which order do the axes come? The core receives (B, h, T, d_head).",
+     "each of your Q, K and V has the positions' axis before the heads' axis: the heads' axis has to move in "
+     "front of it."),
+    ("head-columns-order", dict(heads="heads-last"),
+     "which columns of Q belong to head 0: a block of d_head neighbours, or every h-th column?",
+     "you split each row of d_model columns with the head index varying fastest, so head 0 takes every h-th "
+     "column. GPT-2 gives each head a block of d_head neighbouring columns: the head index varies slowest."),
+    ("split-interleaved", dict(interleaved="columns"),
+     "in what order does c_attn lay out its 3·d_model columns: all of Q, then K, then V, or alternating?",
+     "you took every third column for Q (and the next ones for K and V); c_attn's columns hold all of Q first, "
+     "then all of K, then all of V."),
+    ("q-scaled", dict(scaled=True),
+     "your K and V are right; is your Q what c_attn made, or has it been changed since?",
+     "you divided Q by √d_head. The core receives Q as c_attn makes it and applies the scale to the scores."),
+    ("no-ln_1", dict(ln=False),
+     "question 1: which input does c_attn read: the block's input X, or LN₁(X)?",
+     "you projected the block's input itself; c_attn reads the output of the block's ln_1. Catch what c_attn "
+     "gives, or project what ln_1 gives."),
+    ("q-k-swapped", dict(order=(1, 0, 2)),
+     "which third of c_attn's output is the queries?",
+     "your Q and K are swapped: the first third of c_attn's columns is Q, the second K."),
+    ("no-bias", dict(bias=False),
+     "GPT-2's projections are x W + b. Did all of that reach your Q, K and V?",
+     "the bias of c_attn is missing: catch what the projection gives, or add its bias."),
+])
+HOOK_LEFT = Mistake(
+    "hook-left", "the values are right, but what does the model keep from your function? Count its hooks after.",
+    more="your hook stays on the module after your function returns, so every later pass of the model runs it "
+         "again. Remove it when the pass is done, also when the pass fails.")
+
+
+def _judge_spy(fn, reference, mistakes, success) -> Verdict:
+    """judge ``fn(model, ids, l)``, noting after each call whether a hook of the learner's is left on the model."""
+    g, left, model = _gen(31), [], _gpt2(biased=True)
+    cases = [(model, torch.randint(0, 32, (1, 6), generator=g), 1),      # block 1 of one prompt,
+             (model, torch.randint(0, 32, (2, 5), generator=g), 2)]      # block 2 of two
+
+    @functools.wraps(fn)
+    def watched(model, ids, l):
+        try:
+            return fn(model, ids, l)
+        finally:   # transformers keeps hooks of its own
+            hooks = [getattr(h, "func", h) for m in model.modules()
+                     for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
+            codes = [getattr(h, "__code__", None) or getattr(h.__call__, "__code__", None) for h in hooks]
+            left.extend(c for c in codes if c is None or not _in_library(c.co_filename))
+
+    with _one_thread():
+        verdict = judge(watched if callable(fn) else fn, cases, reference, mistakes, success=success)
+    return named(HOOK_LEFT) if verdict.ok and left else verdict
+
+
+@checker(mistakes=[*_WEIGHTS_MISTAKES, HOOK_LEFT])
+def check_block_weights(fn) -> Verdict:
+    """``fn(model, ids, l)``: block l's attention weights (B, h, T, T), by a hook removed afterwards."""
+    return _judge_spy(fn, _weights, _WEIGHTS_MISTAKES, "block l's weights, a (T, T) table per head, no hook left.")
+
+
+@checker(mistakes=[*_QKV_MISTAKES, HOOK_LEFT])
+def check_qkv_per_head(fn) -> Verdict:
+    """``fn(model, ids, l)``: block l's Q, K, V, each (B, h, T, d_head), by a hook removed afterwards."""
+    return _judge_spy(fn, _qkv, _QKV_MISTAKES, "block l's Q, K and V, each (B, h, T, d_head), no hook left.")

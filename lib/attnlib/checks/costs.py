@@ -1,10 +1,6 @@
-"""Exercise checkers for the costs appendix.
-
-``check_cache_outgrows_weights(value)``: a prediction, the number of tokens per sequence at which the KV cache of
-a batch of ``GPT2_SERVING["B"]`` sequences takes as many bytes as the weights of GPT-2 small (both float16).
-``check_chunk_flops(fn)``: ``fn(T_past, T_new, d_model, h, L, d_ff, vocab_size)`` must return the forward matmul
-FLOPs of the library's GPT (plain backend, B = 1) when T_new tokens go through it after T_past cached positions.
-"""
+"""Exercise checkers for the costs appendix: a prediction of the length at which a batch's float16 KV cache
+outgrows GPT-2 small's weights (``GPT2_SERVING``), and the forward matmul FLOPs of T_new tokens after T_past cached
+ones in the library's GPT (plain backend, B = 1), as torch counts them."""
 
 from __future__ import annotations
 
@@ -15,8 +11,8 @@ import torch
 
 from ..costs import count_flops, kv_cache_bytes, model_flops, model_params
 from ..heads import KVCache
-from ..model import GPT
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
+from ..model import GPT, GPTConfig
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
 __all__ = ["check_cache_outgrows_weights", "check_chunk_flops", "GPT2_SERVING"]
 
@@ -41,31 +37,22 @@ def _crossover(L, d_model, h, vocab_size, max_T, B) -> float:
     return weights / per_token
 
 
-@functools.cache
-def _measured_small() -> tuple[int, int, dict]:
-    """A small tied GPT in float16, measured: (its parameter count, bytes of the K and V it caches), and its
-    sizes; the formulas above must give the same two numbers."""
-    small = dict(vocab_size=16, d_model=48, h=4, L=3, max_T=20)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT(small["vocab_size"], small["d_model"], small["h"], small["L"], max_T=small["max_T"],
-                    tie=True).to(torch.float16).eval()
-    caches = [KVCache() for _ in model.blocks]
-    with torch.no_grad():
-        model(torch.randint(0, 16, (1, small["max_T"]), generator=_gen(0)), caches)
-    params = sum(p.numel() for p in model.parameters())          # a tied parameter is listed once
-    return params, sum(c.K.nbytes + c.V.nbytes for c in caches), small
-
-
 def _crossover_guesses(want: float) -> list[Guess]:
     s = GPT2_SERVING
     return [
         Guess("half-the-cache",
-              "too high, by a factor 2: your cache per token is half its size. Does it hold everything a "
-              "step reads back, and is it counted in bytes, like the weights?",
+              "too high, by a factor 2: one side of your comparison is off by 2. Does your cache hold "
+              "everything a step reads back, and are the cache and the weights both counted in float16 bytes?",
               2 * want,
               more="either only K was counted (each block caches V as well), or the cache was counted in "
-                   "numbers while the weights were counted in bytes: a float16 number takes 2 bytes."),
+                   "numbers while the weights were counted in bytes, or the weights at 4 bytes each: both are "
+                   "float16, 2 bytes a number."),
+        Guess("queries-cached",
+              "too low: your cache holds more per token than a step reads back. Does a later step need the "
+              "earlier positions' queries?",
+              2 * want / 3,
+              more="a step's new query scores the old keys and mixes the old values: the cache keeps K and V, "
+                   "never Q."),
         Guess("unit-left-off",
               "too low, by a factor 2: are the weights and the cache counted in the same unit?",
               want / 2,
@@ -96,73 +83,57 @@ def _crossover_guesses(want: float) -> list[Guess]:
     ]
 
 
-def _crossover_registry() -> list[Guess]:
-    s = GPT2_SERVING
-    return _crossover_guesses(_crossover(s["L"], s["d_model"], s["h"], s["vocab_size"], s["max_T"], s["B"]))
+_S = GPT2_SERVING
+_CROSSOVER = _crossover(_S["L"], _S["d_model"], _S["h"], _S["vocab_size"], _S["max_T"], _S["B"])
+_CROSSOVER_GUESSES = _crossover_guesses(_CROSSOVER)
 
 
-FORMULAS_OFF = Mistake(
-    "error",
-    "the checker's formulas disagree with a model it measured ({what}); this is the checker's fault, not "
-    "yours: please report it.",
-    more="the checker's formulas for the parameters and the cache disagree with a model it measured "
-         "({what}); your prediction was not judged. Please report this.")
-
-
-@checker(kind="predict", mistakes=[*_crossover_registry(), FORMULAS_OFF])
+@checker(kind="predict", mistakes=_CROSSOVER_GUESSES)
 def check_cache_outgrows_weights(value) -> Verdict:
     """Check a predicted number of tokens per sequence at which GPT2_SERVING's cache equals its weights."""
-    params, cache, small = _measured_small()
-    want_params = _tied_params(small["vocab_size"], small["d_model"], small["L"], small["max_T"])
-    want_cache = small["max_T"] * kv_cache_bytes(small["L"], small["h"], small["d_model"] // small["h"])
-    if (params, cache) != (want_params, want_cache):
-        return named(FORMULAS_OFF, what=f"{params} parameters, {cache} bytes of cache at {small}")
-    s = GPT2_SERVING
-    if _tied_params(s["vocab_size"], s["d_model"], s["L"], s["max_T"]) != s["params"]:
-        return named(FORMULAS_OFF, what=f"GPT-2 small's parameter count is not {s['params']:,}")
-    want = _crossover(s["L"], s["d_model"], s["h"], s["vocab_size"], s["max_T"], s["B"])
-    return judge_number(value, want, _crossover_guesses(want), rtol=0.02,
-                        success=f"at about {want:.0f} tokens per sequence the cache of {s['B']} sequences "
-                                f"weighs as much as the model, well inside GPT-2's context of {s['max_T']}: "
-                                f"the weights are shared, each sequence's cache is not. The formulas agree "
-                                f"with a small float16 model the checker measured.")
+    return judge_number(value, _CROSSOVER, _CROSSOVER_GUESSES, rtol=0.02,
+                        success=f"at about {_CROSSOVER:.0f} tokens per sequence the cache of {_S['B']} sequences "
+                                f"weighs as much as the model, well inside GPT-2's context of {_S['max_T']}: "
+                                f"the weights are shared, each sequence's cache is not.")
 
 
 # --- extend: the FLOPs of T_new tokens after T_past cached ones --------------------------------------------------
 
-def _measured_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    """Matmul FLOPs torch counts while the library's GPT (plain backend) reads T_new tokens after T_past cached."""
-    return torch.tensor(_counted_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size), dtype=torch.float64)
-
-
 @functools.cache   # the same few cases on every check: count each once per session
-def _counted_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size) -> float:
+def _measured_chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size) -> torch.Tensor:
+    """Matmul FLOPs torch counts while the library's GPT (plain backend) reads T_new tokens after T_past cached."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = GPT(vocab_size, d_model, h, L, d_ff=d_ff, max_T=T_past + T_new, backend="plain").eval()
+        config = GPTConfig(vocab_size, d_model, h, L, d_ff=d_ff, max_T=T_past + T_new, backend="plain")
+        model = GPT(config).eval()
     ids = torch.randint(0, vocab_size, (1, T_past + T_new), generator=_gen(0))
     caches = [KVCache() for _ in model.blocks]
     if T_past:
         with torch.no_grad():
             model(ids[:, :T_past], caches)
-    return float(count_flops(lambda: model(ids[:, T_past:], caches)))
+    return torch.tensor(float(count_flops(lambda: model(ids[:, T_past:], caches))), dtype=torch.float64)
 
 
-def _chunk(T_past, T_new, d_model, h, L, d_ff, vocab_size, *, own_keys=True, entries="all", heads=False,
-           layers=True, head_rows="all", mlp=True, width="d_ff", per="flop", rows="all"):
+def _chunk(T_past, T_new, d_model, h, L, d_ff, vocab_size, *, own_keys=True, entries="all", heads=1,
+           layers=True, head_rows="all", mlp=True, width="d_ff", per="flop", rows="all", products=4):
     """The FLOPs with the planted mistakes' switches; the defaults count them right.
 
     ``entries``: score entries counted, "all" of the (T_new, T_k) table, the "kept" ones (the mask's triangle),
-    or "square" (T_k × T_k). ``head_rows``: the head on "all" new rows, "last" only, or "none". ``width``: the
+    "new" (T_new × T_new) or "square" (T_k × T_k). ``heads``: the attention part counted once (1), "h" times,
+    or for "one" head.
+    ``head_rows``: the head on "all" new rows, "last" only, "none", or "blocks" (in every block). ``width``: the
     MLP's "d_ff", or "4d". ``per``: "flop", or "madd" (multiply-adds). ``rows``: "all" new rows, or "one".
+    ``products``: the d_model × d_model products of a block (W_Q, W_K, W_V, W_O).
     """
     d = d_model
     q = 1 if rows == "one" else T_new
     T_k = T_past + T_new if own_keys else T_past
-    table = {"all": q * T_k, "kept": T_new * T_past + T_new * (T_new + 1) // 2, "square": T_k * T_k}[entries]
+    table = {"all": q * T_k, "kept": T_new * T_past + T_new * (T_new + 1) // 2, "square": T_k * T_k,
+             "new": q * T_new}[entries]
     ff = d_ff if width == "d_ff" else 4 * d
-    block = 2 * q * 4 * d * d + 4 * table * d * (h if heads else 1) + (4 * q * d * ff if mlp else 0)
-    n_head = {"all": q, "last": 1, "none": 0}[head_rows]
+    attn = 4 * table * d * {1: 1, "h": h, "one": 1 / h}[heads]
+    block = 2 * q * products * d * d + attn + (4 * q * d * ff if mlp else 0)
+    n_head = {"all": q, "last": 1, "none": 0, "blocks": q * (L if layers else 1)}[head_rows]
     n = (L if layers else 1) * block + 2 * n_head * d * vocab_size
     return torch.tensor(float(n / 2 if per == "madd" else n), dtype=torch.float64)
 
@@ -192,7 +163,22 @@ _CHUNK_MISTAKES = [
          "have?",
          "only the T_new new positions are queries, each scoring every key. The square of the sequence "
          "length belongs to a full forward pass, where every position is a query."),
-        ("times-h", dict(heads=True),
+        ("past-keys-left-out", dict(entries="new"),
+         "right for a prompt, too low after a cache: which keys does each new query score?",
+         "each new query scores every key in the cache as well as the new ones: T_past + T_new keys, not "
+         "T_new."),
+        ("one-head", dict(heads="one"),
+         "the attention part is h times too small: did you add up the work of all h heads?",
+         "each head scores its queries against its keys at width d_head; the h heads together cost what one "
+         "head of width d_model would."),
+        ("no-W_O", dict(products=3),
+         "too low, by the same amount for every new row: which product of the attention sublayer is missing?",
+         "the block also multiplies the heads' concatenated output by W_O (d_model × d_model) for each new "
+         "row."),
+        ("head-per-block", dict(head_rows="blocks"),
+         "too high, by an amount that grows with vocab_size and L: how many times does the output head run?",
+         "the head turns X_L into logits once, after the last block, not in every block."),
+        ("times-h", dict(heads="h"),
          "the attention part is h times too large: what do h heads of width d_head cost together, compared "
          "with one head of width d_model?",
          "the heads split d_model into h slices; all heads together cost what one head of width d_model "

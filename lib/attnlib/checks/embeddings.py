@@ -1,18 +1,12 @@
-"""Exercise checkers for chapter 1: the gradient of a lookup, sinusoidal positions, RoPE in the halves layout,
+"""Exercise checkers for chapter 1: the gradient of a lookup, a shift of position, RoPE in the halves layout,
 positions in a batch.
 
-``check_lookup_grad(fn)``: ``fn(ids, dX, vocab_size)`` with ids (T,) or (B, T) and dX (..., T, d_model), the
-gradient of the loss with respect to X = E[ids] → the gradient with respect to the table E, (vocab_size, d_model),
-in dX's dtype.
-``check_sinusoidal(fn)``: ``fn(positions, d_model)`` with int64 positions (T,) or (B, T) → the sinusoidal
-vectors of those positions, (..., T, d_model), float32.
-``check_rotate_halves(fn)``: ``fn(x, theta)`` with x (..., T, d) and theta (T, d/2) → x with coordinate f of
-row t paired with coordinate f + d/2 and the pair rotated by theta[t, f]; the result has x's dtype.
-``check_embed_with_positions(fn)``: ``fn(ids, E, PE)`` is the "find the bug" function, repaired: ids (T,) or
-(B, T), E (vocab_size, d_model), PE (max_T, d_model) → X₀ = E[ids] + PE[:T], shape (..., T, d_model).
-
-Every call gets its own copy of the inputs, and the inputs are compared with the originals after it, so a
-function that changes them is named and cannot change a later verdict.
+``check_lookup_grad(fn)``: ``fn(ids, dX, vocab_size)``, ids (T,) or (B, T), dX (..., T, d_model) → dE
+(vocab_size, d_model) in dX's dtype.
+``check_shift_matrix(fn)``: ``fn(delta, d_model)`` → G_Δ (d_model, d_model) float32 with PE_t G_Δ = PE_(t+Δ).
+``check_rotate_halves(fn)``: ``fn(x, theta)``, x (..., T, d), theta (T, d/2) → x with each pair (f, f + d/2) of row
+t rotated by theta[t, f], in x's dtype.
+``check_embed_with_positions(fn)``: ``fn(ids, E, PE)`` → X₀ = E[ids] + PE[:T], the "find the bug" function fixed.
 """
 
 from __future__ import annotations
@@ -24,12 +18,12 @@ import torch
 from ..position import rope_angles, sinusoidal_positions
 from ._core import Mistake, Verdict, _gen, checker, judge, named, variants
 
-__all__ = ["check_lookup_grad", "check_sinusoidal", "check_rotate_halves", "check_embed_with_positions"]
+__all__ = ["check_lookup_grad", "check_shift_matrix", "check_rotate_halves", "check_embed_with_positions"]
 
 
-# ------------------------------------------------------------------------------------------------
-# Extend: the gradient of a lookup. X = E[ids] = one_hot(ids) @ E, so dE = one_hot(ids)ᵀ @ dX: every position
-# adds its row of dX to the row of its token, and a token that occurs several times gets the sum.
+# --- extend: the gradient of a lookup ---------------------------------------------------------------------------------
+# X = E[ids] = one_hot(ids) @ E, so dE = one_hot(ids)ᵀ @ dX: every position adds its row of dX to the row of its token,
+# and a token that occurs several times gets the sum.
 
 def _grad_cases() -> list[tuple]:
     g = _gen(1)
@@ -44,10 +38,10 @@ def _grad_cases() -> list[tuple]:
     ]
 
 
-def _lookup_grad(ids, dX, vocab_size, *, reduce="sum", per_sentence=False):
-    """dE, or a planted slip: ``reduce`` "mean" averages a repeated token's rows; ``per_sentence`` keeps one
-    gradient per sentence of a batch instead of adding them."""
+def _lookup_grad(ids, dX, vocab_size, *, reduce="sum", per_sentence=False, rows_from_ids=False):
+    """dE, or a planted slip: ``rows_from_ids`` counts the rows up to the largest ID that occurs."""
     d = dX.shape[-1]
+    vocab_size = int(ids.max()) + 1 if rows_from_ids else vocab_size
     if per_sentence and ids.dim() == 2:
         return torch.stack([_lookup_grad(i, x, vocab_size) for i, x in zip(ids, dX)])
     flat = ids.reshape(-1)
@@ -69,6 +63,12 @@ _GRAD_TABLE = variants(_lookup_grad, [
      "sentence: what shape must its gradient have?",
      "you kept a separate gradient for each sentence. The same table E serves the whole batch, so the gradient "
      "of E is a single (vocab_size, d_model) table: the contributions of every sentence add up in it."),
+    ("rows-from-ids", {"rows_from_ids": True},
+     "your gradient stops at the largest token ID in ids: how many rows does the table E have, and does "
+     "every one of them occur in ids?",
+     "you counted the rows from the IDs that occur, up to the largest one. The table has vocab_size rows, "
+     "and a token that never occurs still has its row, with gradient zero: the number of rows comes from "
+     "vocab_size, not from ids."),
 ])
 
 _GRAD_MISTAKES = [
@@ -97,8 +97,7 @@ GRAD_OVERWRITE = Mistake(
 
 
 def _kept_one_per_token(got, ids, dX, vocab_size) -> bool:
-    """Whether ``got`` is the gradient with each token's row taken from one of its positions, not their sum
-    (what an indexed assignment gives, whatever order it writes in)."""
+    """Whether each token's row of ``got`` is one of its positions' rows of dX, not their sum."""
     want = _lookup_grad(ids, dX, vocab_size)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
         return False
@@ -133,81 +132,95 @@ def check_lookup_grad(fn) -> Verdict:
                  diagnose=_grad_diagnose)
 
 
-# ------------------------------------------------------------------------------------------------
-# Sinusoidal vectors of given positions: PE[t, 2f] = sin(t / 10000^(2f/d_model)), PE[t, 2f+1] = cos(same).
+# --- extend: a shift of position is one matrix ------------------------------------------------------------------------
+# Pair f of PE_t is (sin tω_f, cos tω_f); moving t by Δ turns it by Δω_f, so PE_{t+Δ} = PE_t G_Δ: the block [[cos Δω_f,
+# −sin Δω_f], [sin Δω_f, cos Δω_f]] on columns 2f, 2f+1.
 
-def _sinusoid(positions, d, *, swap=False, freq_step=2, sign=-1, layout="pairs", own_positions=False):
-    """The sinusoidal vectors of ``positions`` (float32), with a planted slip; the defaults compute them.
-    ``layout`` "halves" puts every sine in the first half and every cosine in the second; ``own_positions``
-    uses 0 … T-1 instead of the positions given."""
-    if own_positions:
-        positions = torch.arange(positions.shape[-1]).expand(positions.shape)
-    t = positions.to(torch.float32)[..., None]
-    two_f = torch.arange(0, d, 2, dtype=torch.float32)
-    angle = t * 10000.0 ** (sign * (two_f if freq_step == 2 else two_f / 2) / d)
-    first, second = (angle.cos(), angle.sin()) if swap else (angle.sin(), angle.cos())
-    if layout == "halves":
-        return torch.cat([first, second], dim=-1)
-    return torch.stack([first, second], dim=-1).flatten(-2)
+def _pairs(c, s, d, *, block="rotation", layout="neighbours"):
+    """The float64 (d, d) matrix with the block [[c, −s], [s, c]] for each pair, or a planted slip."""
+    i = torch.arange(d // 2) * (2 if layout == "neighbours" else 1)
+    j = i + (1 if layout == "neighbours" else d // 2)
+    R = torch.zeros(d, d, dtype=torch.float64)
+    R[i, i], R[i, j], R[j, i], R[j, j] = {"rotation": (c, -s, s, c), "no-minus": (c, s, s, c),
+                                          "diagonal": (c, 0 * s, 0 * s, c)}[block]
+    return R
 
 
-def _sinusoid_reference(positions, d):
-    """The rows of the library's table at ``positions``."""
-    return sinusoidal_positions(int(positions.max()) + 1, d)[positions]
+def _shift(delta, d, *, turn=1, freq="2f", steps=None, **how):
+    """G_Δ (float32), or a planted slip; ``how`` goes to :func:`_pairs`."""
+    f = torch.arange(d // 2, dtype=torch.float64)
+    omega = {"2f": 10000.0 ** (-2 * f / d), "f": 10000.0 ** (-f / d), "one": torch.ones_like(f)}[freq]
+    angle = turn * (delta if steps is None else steps) * omega
+    return _pairs(angle.cos(), angle.sin(), d, **how).float()
 
 
-def _sinusoid_cases() -> list[tuple]:
-    return [
-        (torch.arange(7), 8),                                    # the plain table, positions 0 … 6
-        (torch.arange(5, 9), 16),                                # a continuation: 4 tokens after 5 others
-        (torch.tensor([[0, 1, 2, 3, 4], [0, 0, 1, 2, 3]]), 6),   # a batch: the second sentence padded on the left
-    ]
+_SHIFT_CASES = [(1, 8), (5, 16), (12, 6)]   # Δ = 1 (where one step is the answer), a wider table, a longer shift
 
-
-_SINUSOID_MISTAKES = variants(_sinusoid, [
-    ("sin-cos-swapped", {"swap": True},
-     "at position 0 every sine is 0 and every cosine is 1: which columns of your vector hold the zeros?",
-     "sin and cos are swapped: the even columns 2f hold the sine, the odd columns 2f+1 the cosine."),
-    ("exponent-f", {"freq_step": 1},
-     "your later columns turn too slowly. In the exponent 2f/d_model, what is 2f: the index of the pair, or "
-     "the index of its first column?",
-     "the exponent uses the pair index f where the formula has the column index 2f: the frequencies of the "
-     "later pairs come out too high a power of 10000."),
-    ("exponent-sign", {"sign": 1},
-     "your frequencies grow from one pair to the next; in the formula the position is divided by a power of "
-     "10000 that grows. Does your angle shrink or grow along the row?",
-     "the sign of the exponent is flipped: the position is multiplied by 10000^(2f/d_model) instead of "
-     "divided by it, so the later pairs spin fastest instead of slowest."),
+_SHIFT_MISTAKES = variants(_shift, [
+    ("backwards", {"turn": -1},
+     "PE_t times your matrix lands on PE_(t−Δ): the shift goes the wrong way. In PE_t G the row meets the "
+     "columns of R: which way does each pair turn?",
+     "your matrix shifts by −Δ: each block is the transpose of the one that moves a pair forward. Expand "
+     "sin(a + b) and cos(a + b); with row vectors, column c of R holds the weights that make entry c."),
+    ("one-frequency", {"freq": "one"},
+     "your first pair is right, the later pairs are not. Does every clock of PE advance by the same angle?",
+     "you turned every pair by the angle Δ. Pair f turns with its own frequency: by Δ times that frequency."),
+    ("exponent-f", {"freq": "f"},
+     "your later pairs turn too fast. In the exponent 2f/d_model, is 2f the index of the pair or of its column?",
+     "the exponent uses the pair index f where the formula has the column index 2f."),
+    ("no-minus", {"block": "no-minus"},
+     "your matrix changes the length of a pair (sin, cos), which is 1 at every position: is your block a "
+     "rotation?",
+     "your block has +sin in both corners; expand sin(a + b) and cos(a + b) and compare the signs."),
+    ("diagonal", {"block": "diagonal"},
+     "your matrix only rescales each column. Can the new sine of a pair be made without the pair's cosine?",
+     "you kept only the cosines: sin(a + b) needs both sin a and cos a, so each new entry mixes its pair."),
     ("halves", {"layout": "halves"},
-     "the numbers are right but not in their columns: where does the cosine of pair f stand in your vector?",
-     "you put every sine in the first half and every cosine in the second. In this course the sine and the "
-     "cosine of pair f are neighbours: columns 2f and 2f+1."),
-    ("ignores-positions", {"own_positions": True},
-     "right for positions 0, 1, 2, …, but not for a continuation that starts at position 5: does your "
-     "function read the positions it is given?",
-     "you numbered the tokens 0 … T-1 yourself instead of using the positions passed in. A continuation "
-     "starts at a later position, and a padded sentence repeats one: the vector of the n-th token belongs to "
-     "positions[n]."),
+     "the blocks are right but mix the wrong columns: which columns of PE hold the sine and cosine of pair f?",
+     "you paired column f with column f + d_model/2. In PE pair f is columns 2f and 2f + 1."),
+    ("one-step", {"steps": 1},
+     "right for Δ = 1, wrong for a longer shift: does your matrix depend on Δ?",
+     "your matrix moves the position by one whatever Δ is; a shift by Δ turns pair f Δ times as far."),
 ])
 
+WRONG_ANGLES = Mistake(
+    "wrong-angles",
+    "your matrix turns each pair of neighbouring columns, as it should, but by other angles. By how much does "
+    "the angle of pair f grow when t grows by Δ?",
+    more="each block turns the right pair, by the wrong angle: pair f must turn by Δ times its frequency in PE, "
+         "10000^(−2f/d_model). Compare your angles with those of row Δ of the table.")
 
-@checker(mistakes=_SINUSOID_MISTAKES)
-def check_sinusoidal(fn) -> Verdict:
-    """``fn(positions, d_model)``: int64 positions (T,) or (B, T) → (..., T, d_model) float32 vectors."""
-    return judge(fn, _sinusoid_cases(), _sinusoid_reference, _SINUSOID_MISTAKES, atol=1e-4,
-                 success="every position got its own sines and cosines: from 0, after an offset, and in a "
-                         "padded batch.")
+
+def _shift_diagnose(verdict: Verdict, results) -> Verdict | None:
+    """Every result turns each pair 2f, 2f+1 by some angle and mixes nothing else: only the angles are off."""
+    def turns_pairs(R) -> bool:
+        if not isinstance(R, torch.Tensor) or R.dim() != 2 or R.shape[0] != R.shape[1] or R.shape[0] % 2:
+            return False
+        R = R.detach().cpu().double()
+        c, s = R[0::2, 0::2].diagonal(), R[1::2, 0::2].diagonal()
+        return torch.allclose(_pairs(c, s, len(R)), R, atol=1e-4) and torch.allclose(c * c + s * s,
+                                                                                      torch.ones_like(c), atol=1e-3)
+    outputs = results.outputs()
+    if verdict.mistake == "values" and all(e is None and turns_pairs(got) for _, got, e in outputs):
+        return named(WRONG_ANGLES)
+    return None
 
 
-# ------------------------------------------------------------------------------------------------
-# Extend: RoPE with the halves layout. Coordinate f is paired with f + d/2 (as GPT-NeoX and Llama in Hugging
-# Face's transformers do) and the pair is rotated by theta[t, f].
+@checker(mistakes=[*_SHIFT_MISTAKES, WRONG_ANGLES])
+def check_shift_matrix(fn) -> Verdict:
+    """``fn(delta, d_model)`` → G_Δ, (d_model, d_model) float32, with PE_t G_Δ = PE_(t+Δ) for every position t."""
+    return judge(fn, _SHIFT_CASES, _shift, _SHIFT_MISTAKES, diagnose=_shift_diagnose,
+                 success="PE_t G_Δ = PE_(t+Δ): every pair is turned by Δ times its own frequency, the same "
+                         "matrix for every position t.")
 
-def _rotate_halves(x, theta, *, sign=1, layout="halves", angles="given", per_column="pair", rotate_second=True):
-    """x with each pair rotated, or a planted slip; the defaults compute the answer. ``layout`` "neighbours"
-    pairs 2f with 2f+1 (the chapter's layout); ``angles`` "own" ignores theta for RoPE's angles;
-    ``per_column`` "interleaved" gives column j the angle of pair j // 2 (a layout mix-up);
-    ``rotate_second`` False leaves the second half unchanged."""
+
+# --- extend: RoPE with the halves layout ------------------------------------------------------------------------------
+# Coordinate f is paired with f + d/2 (as GPT-NeoX and Llama in Hugging Face's transformers do) and the pair is rotated
+# by theta[t, f].
+
+def _rotate_halves(x, theta, *, sign=1, layout="halves", angles="given", per_column="pair", rotate_second=True,
+                   minus=True, swapped=False):
+    """x with each pair (f, f + d/2) rotated, or a planted slip; the defaults compute the answer."""
     T, d = x.shape[-2], x.shape[-1]
     if angles == "own":
         theta = rope_angles(T, d)
@@ -220,8 +233,8 @@ def _rotate_halves(x, theta, *, sign=1, layout="halves", angles="given", per_col
     if per_column == "interleaved":
         cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
         return x * cos + torch.cat([-b, a], dim=-1) * sin
-    second = a * sin + b * cos if rotate_second else b
-    return torch.cat([a * cos - b * sin, second], dim=-1)
+    first, second = a * cos - b * sin if minus else a * cos + b * sin, a * sin + b * cos if rotate_second else b
+    return torch.cat([second, first] if swapped else [first, second], dim=-1)
 
 
 def _rotate_cases() -> list[tuple]:
@@ -261,6 +274,16 @@ _ROTATE_MISTAKES = [
          "the pairs are right but some get another pair's angle: which angle does coordinate f + d/2 get?",
          "you gave column c the angle of pair c // 2, the chapter's layout, while pairing f with f + d/2. "
          "In the halves layout both coordinates of pair f, columns f and f + d/2, turn by theta[t, f]."),
+        ("halves-swapped", {"swapped": True},
+         "each pair is rotated by its angle, but your halves come back in the other order: which half of the "
+         "result holds the new first coordinate of each pair?",
+         "you put the new second coordinates, a·sinθ + b·cosθ, in the first half. Coordinate f of the result "
+         "is the new first coordinate of pair f, and coordinate f + d/2 its new second one."),
+        ("no-minus", {"minus": False},
+         "your pairs change their length, so they are not rotated: compare the signs of your two sine terms "
+         "with those of a rotation.",
+         "both of your sine terms are added. A rotation by θ takes (a, b) to (a·cosθ − b·sinθ, "
+         "a·sinθ + b·cosθ): one of the two sine terms is subtracted."),
         ("first-half-only", {"rotate_second": False},
          "the second half of your vector came back unchanged. A rotation moves both coordinates of a pair: "
          "what is the new second coordinate?",
@@ -275,16 +298,31 @@ ANGLES_DTYPE = Mistake(
          "promotes the result to float64. Convert the cosines and sines to x's dtype before they meet x.")
 
 
+ROTATE_ANGLES = Mistake(
+    "other-angles",
+    "every pair (f, f + d/2) of your result keeps its length, as under a rotation, but turns by another angle "
+    "than the one it was given: which entry of theta belongs to row t and pair f?",
+    more="your pairs are the right ones and are rotated, but by the wrong angles: pair f of row t must turn by "
+         "theta[t, f]. Check how you read theta: its rows are the positions, its columns the pairs.")
+
+
 def _rotate_diagnose(verdict: Verdict, results) -> Verdict | None:
+    """Wrong values whose pairs (f, f + d/2) all keep their lengths: rotated, by other angles."""
+    outputs = results.outputs()
+    lengths = lambda t: t[..., : t.shape[-1] // 2].double() ** 2 + t[..., t.shape[-1] // 2:].double() ** 2  # noqa: E731
+    if verdict.mistake == "values" and all(e is None and isinstance(got, torch.Tensor) and got.shape == case[0].shape
+                                           and torch.allclose(lengths(got), lengths(case[0]), atol=1e-4)
+                                           for case, got, e in outputs):
+        return named(ROTATE_ANGLES)
     if verdict.mistake != "dtype":
         return None
-    for (x, theta), got, _ in results.outputs():
+    for (x, theta), got, _ in outputs:
         if x.dtype != theta.dtype and isinstance(got, torch.Tensor) and got.dtype == theta.dtype:
             return named(ANGLES_DTYPE)
     return None
 
 
-@checker(mistakes=[*_ROTATE_MISTAKES, ANGLES_DTYPE])
+@checker(mistakes=[*_ROTATE_MISTAKES, ANGLES_DTYPE, ROTATE_ANGLES])
 def check_rotate_halves(fn) -> Verdict:
     """``fn(x, theta)``: x (..., T, d), theta (T, d/2) → x with each pair (x[f], x[f + d/2]) rotated by theta."""
     cases = _rotate_cases()
@@ -294,27 +332,26 @@ def check_rotate_halves(fn) -> Verdict:
                  diagnose=_rotate_diagnose)
 
 
-# ------------------------------------------------------------------------------------------------
-# Find the bug: X₀ = E[ids] + PE[positions], written with the positions counted through the whole batch.
+# --- find the bug: X₀ = E[ids] + PE[positions], written with the positions counted through the whole batch ------------
 
 def _positions_cases() -> list[tuple]:
     g = _gen(3)
     vocab_size, d_model, max_T = 9, 6, 16
     E = torch.randn(vocab_size, d_model, generator=g)
     PE = sinusoidal_positions(max_T, d_model)
-    E64, PE64 = torch.randn(vocab_size, 4, generator=g, dtype=torch.float64), sinusoidal_positions(8, 4).double()
+    E64 = torch.randn(vocab_size, 4, generator=g, dtype=torch.float64)
+    batch = torch.randint(0, vocab_size, (3, 5), generator=g)
+    PE64 = torch.randn(8, 4, generator=g, dtype=torch.float64)        # a learned table, not the sinusoidal one
     return [
         (torch.tensor([2, 7, 1, 2, 8, 0]), E, PE),                    # one sentence (T,): the bug passes
         (torch.tensor([[2, 7, 1, 2, 8, 0]]), E, PE),                  # a batch of one: the bug passes too
-        (torch.randint(0, vocab_size, (3, 5), generator=g), E, PE),   # a batch of three: the bug runs, wrongly
+        (batch, E, PE),                                               # a batch of three: the bug runs, wrongly
         (torch.tensor([[1, 3, 3, 5], [0, 8, 2, 2]]), E64, PE64),      # float64 tables, as from numpy
     ]
 
 
 def _positions_reference(ids, E, PE, *, positions="each-sentence"):
-    """X₀ = E[ids] + the rows of PE at the positions, or a planted slip: ``positions`` is "each-sentence"
-    (0 … T-1 in every sentence), "flat" (counted through the batch), "first-axis" (T taken from ids.shape[0]),
-    "by-id" (rows at the token IDs), "from-one" (1 … T), "float" (float positions) or "none"."""
+    """X₀ = E[ids] + the rows of PE at the positions, or a planted slip of ``positions``."""
     T = ids.shape[-1]
     rows = {
         "each-sentence": lambda: PE[:T],
@@ -323,6 +360,8 @@ def _positions_reference(ids, E, PE, *, positions="each-sentence"):
         "by-id": lambda: PE[ids],
         "from-one": lambda: PE[1: T + 1],
         "float": lambda: PE[torch.arange(T, dtype=torch.float32)],
+        "own": lambda: sinusoidal_positions(T, E.shape[-1]),
+        "second-axis": lambda: PE[: ids.shape[1]],
         "none": lambda: 0,
     }[positions]
     return E[ids] + rows()
@@ -340,6 +379,15 @@ _POSITIONS_MISTAKES = variants(_positions_reference, [
      "your T count when ids has a batch axis?",
      "your T is the size of the first axis of ids, which for a batch is the number of sentences, not their "
      "length: a batch of one then gets only the vector of position 0, added to every token."),
+    ("second-axis", {"positions": "second-axis"},
+     "right for a batch, but a single sentence, of shape (T,), has no second axis: which axis of ids counts "
+     "the positions, whatever axes come before it?",
+     "you read T from the second axis of ids, which a single sentence does not have. The positions run along "
+     "the last axis of ids, for one sentence and for a batch alike."),
+    ("own-table", {"positions": "own"},
+     "right with the sinusoidal table, wrong with a learned one: does your function use the PE it is given?",
+     "you built a sinusoidal table of your own instead of reading the rows of PE. The two agree only when PE "
+     "is the sinusoidal table; PE may be any table, a learned one for example."),
     ("by-id", {"positions": "by-id"},
      "two tokens of the same ID at different positions got the same position vector: what indexes the "
      "position table, the token or its place in the sentence?",

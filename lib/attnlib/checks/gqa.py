@@ -1,37 +1,29 @@
 """Exercise checkers for chapter 10 (grouped-query attention).
 
-``check_gqa_attention(fn)``: ``fn(Q, K, V)`` with Q (..., h, T_q, d_k), K (..., h_kv, T_k, d_k) and
-V (..., h_kv, T_k, d_v), T_k ≥ T_q, must be causal attention in which query head k reads key/value head
-k // (h / h_kv), the queries being the last T_q of the T_k positions (a step of generation with a cache):
-→ (..., h, T_q, d_v) in Q's dtype. The inputs have groups of three heads (where tiling the heads 0, 1, 0, 1, …
-instead of repeating each in place gives another result), cache offsets, d_v ≠ d_k, two batch axes, one new
-query against a multi-query cache, and a bfloat16 cache.
-``check_gqa_cache_bytes(value)``: a prediction, the KV-cache bytes per token of the checkpoint that
-``CACHE_QUESTION`` describes by its weight shapes.
-``check_mean_pooled_kv(fn)``: ``fn(mha, h_kv)`` must turn a ``MultiHeadAttention`` with h_kv = h into a new one,
-with mha's options and dtype, h query heads and h_kv key/value heads whose W_K and W_V rows (and biases) are
-the means of each group of h / h_kv consecutive heads, W_Q and W_O copied.
+``check_regrouped_heads(fn)``: ``fn(W_QKV, W_O, h, h_kv)`` → (W_QKV, W_O) of a layer whose query head n reads K/V
+head n mod h_kv, reordered so that the library's grouping (n // (h / h_kv)) computes the same outputs.
+``check_gqa_cache_bytes(value)``: a predicted number of KV-cache bytes per token for ``CACHE_QUESTION``.
+``check_mean_pooled_kv(fn)``: ``fn(mha, h_kv)`` → a new ``MultiHeadAttention`` with mha's options and dtype, h_kv
+key/value heads each the mean of its group, W_Q and W_O copied.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
-import torch.nn.functional as F
 
 from ..attention import attention
-from ..costs import kv_cache_bytes
-from ..heads import KVCache, MultiHeadAttention
-from ..model import GPT
+from ..heads import MultiHeadAttention, merge_heads, repeat_kv, split_heads
 from ._core import (
     SHARED,
-    Group,
     Guess,
     Mistake,
     Verdict,
     _gen,
     checker,
+    describe,
     judge,
     judge_number,
     named,
@@ -39,182 +31,148 @@ from ._core import (
     variants,
 )
 
-__all__ = ["check_gqa_attention", "check_gqa_cache_bytes", "check_mean_pooled_kv", "CACHE_QUESTION"]
+__all__ = ["check_regrouped_heads", "check_gqa_cache_bytes", "check_mean_pooled_kv", "CACHE_QUESTION"]
 
 f64 = torch.float64
 
 
-# ------------------------------------------------------------------------------------- build: GQA attention
-_GQA_SIZES = (   # batch axes, h, h_kv, T_q, T_k, d_k, d_v, dtype
-    ((2,), 6, 2, 3, 7, 4, 5, f64),            # groups of 3, 3 new queries after 4 cached, d_v ≠ d_k
-    ((1,), 4, 2, 5, 5, 3, 3, f64),            # no cache: T_q = T_k
-    ((2, 3), 4, 2, 2, 6, 3, 2, f64),          # two batch axes (a batch of beams)
-    ((1,), 3, 1, 1, 6, 4, 4, f64),            # multi-query, one new token
-    ((1,), 4, 2, 3, 8, 8, 8, torch.bfloat16),  # a bfloat16 cache
+# ----------------------------------------------------------------- build: a layer whose groups are strided
+_REGROUP_SIZES = (   # d_model, h, h_kv, dtype
+    (12, 6, 2, f64),             # groups of 3: the order and its inverse differ
+    (16, 8, 4, f64),             # four groups of 2
+    (8, 4, 1, torch.float32),    # multi-query: every order is right
 )
 
 
-def _gqa_cases():
-    """(Q, K, V) built fresh on every call, in two groups: float64 (tight) and bfloat16 (its own tolerance)."""
-    tight, loose = [], []
-    for seed, (batch, h, h_kv, T_q, T_k, d_k, d_v, dtype) in enumerate(_GQA_SIZES):
-        g = _gen(100 + seed)
-        Q = torch.randn(*batch, h, T_q, d_k, generator=g, dtype=f64)
-        K = torch.randn(*batch, h_kv, T_k, d_k, generator=g, dtype=f64)
-        V = torch.randn(*batch, h_kv, T_k, d_v, generator=g, dtype=f64)
-        (tight if dtype == f64 else loose).append(tuple(t.to(dtype) for t in (Q, K, V)))
-    return [Group(tight, 1e-6), Group(loose, 3e-2)]
+def _regroup_cases():
+    """(W_QKV, W_O, h, h_kv) built fresh, in the book's orientation: W_QKV (d_model, d_model + 2·d_kv)."""
+    cases = []
+    for seed, (d_model, h, h_kv, dtype) in enumerate(_REGROUP_SIZES):
+        g = _gen(110 + seed)
+        d_kv = h_kv * d_model // h
+        W_QKV = torch.randn(d_model, d_model + 2 * d_kv, generator=g, dtype=dtype) / math.sqrt(d_model)
+        W_O = torch.randn(d_model, d_model, generator=g, dtype=dtype) / math.sqrt(d_model)
+        cases.append((W_QKV, W_O, h, h_kv))
+    return cases
 
 
-def _gqa_variant(Q, K, V, *, expand="in place", mask="cache", values="V", queries="all", scale="d_k"):
-    """Grouped-query attention, computed in float64 and returned in Q's dtype; every switch's default is right.
-
-    ``expand``: K and V repeated "in place" (0, 0, 1, 1, …), "tiled" (0, 1, 0, 1, …) or "none". ``mask``: the
-    queries the last T_q positions ("cache"), the first ("top-left"), "none", or the diagonal one step off
-    ("self-blocked": a query may not read its own key; "one-ahead": it may read the next). ``values``: what
-    the weights multiply, "V" or "K". ``queries``: keep "all" h query heads, or only the "first" or the "mean"
-    of each group. ``scale``: divide by √d_k or √"d_v".
-    """
-    dtype = Q.dtype
-    Q, K, V = Q.double(), K.double(), V.double()
-    n = Q.shape[-3] // K.shape[-3]
-    if queries != "all":
-        *batch, h, T, d = Q.shape
-        Q = Q[..., ::n, :, :] if queries == "first" else Q.reshape(*batch, h // n, n, T, d).mean(-3)
-    grow = {"in place": lambda t: t.repeat_interleave(n, dim=-3),
-            "tiled": lambda t: torch.cat([t] * n, dim=-3), "none": lambda t: t}[expand]
-    K, V = grow(K), grow(V)
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    S = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1] if scale == "d_k" else V.shape[-1])
-    first = {"cache": 1 + T_k - T_q, "top-left": 1, "self-blocked": T_k - T_q, "one-ahead": 2 + T_k - T_q}
-    if mask != "none":
-        S = S.masked_fill(torch.ones(T_q, T_k, dtype=torch.bool).triu(first[mask]), -math.inf)
-    return (torch.softmax(S, dim=-1) @ (V if values == "V" else K)).to(dtype)
+def _grouped_output(W_QKV, W_O, h, h_kv, *, strided=False):
+    """Causal GQA with these weights on fixed X (2, 5, d_model): query head n reads K/V head n // (h/h_kv),
+    or n mod h_kv when ``strided``."""
+    d_model = W_O.shape[1]
+    X = torch.randn(2, 5, d_model, generator=_gen(120), dtype=torch.float64).to(W_QKV.dtype)
+    Q, K, V = (X @ W_QKV).split([d_model, (W_QKV.shape[1] - d_model) // 2, (W_QKV.shape[1] - d_model) // 2], -1)
+    Q, K, V = split_heads(Q, h), split_heads(K, h_kv), split_heads(V, h_kv)
+    K, V = ((t.repeat(1, h // h_kv, 1, 1) if strided else repeat_kv(t, h // h_kv)) for t in (K, V))
+    return merge_heads(attention(Q, K, V)) @ W_O
 
 
-def _gqa_reference(Q, K, V):
-    n = Q.shape[-3] // K.shape[-3]
-    out = attention(Q.double(), K.double().repeat_interleave(n, dim=-3), V.double().repeat_interleave(n, dim=-3))
-    return out.to(Q.dtype)
+_strided_reference = functools.partial(_grouped_output, strided=True)
 
 
-def _gqa_sdpa_not_expanded(Q, K, V):
-    """SDPA without enable_gqa: raises when h_kv > 1 (its own message)."""
-    return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+class _Returned:
+    """A result that is not what the exercise asks for, with the verdict that says so."""
+
+    def __init__(self, verdict: Verdict):
+        self.verdict = verdict
 
 
-# Found by the diagnosis, not by a planted function: a planted function that raises on some inputs and is
-# right on all the others would match any answer with the right values (a case on which a planted mistake
-# raises is skipped), so these two are recognised from what the learner's function does on which inputs.
-_MIXED = Mistake(
-    "mixed-dtypes",
-    "your function fails on the bfloat16 cache and only there: two tensors of different dtypes meet. Which "
-    "tensor of yours is made in float32, whatever the dtype of the inputs?",
-    more="a tensor made without a dtype (a mask, a constant table) is float32; added to bfloat16 scores it "
-         "turns them into float32, which then cannot be multiplied by the bfloat16 V. Make it in the dtype "
-         "of Q.")
-_HEAD_AXIS = Mistake(
-    "head-axis",
-    "right with one batch axis, wrong with two (a batch of prompts, each with several beams): which axis "
-    "holds the heads when more batch axes come in front of them?",
-    more="the heads are the third axis from the end, whatever the number of batch axes: count them from the "
-         "end (−3), not from the start.")
-
-_NOT_EXPANDED = (
-    "Q has h heads but K and V only h_kv, and the two head axes do not match. Which key/value head should "
-    "each query head read, and how do you give every query head its own?",
-    "expand K and V to h heads first, each key/value head repeated h / h_kv times in a row, so that query "
-    "heads j·(h/h_kv) … (j+1)·(h/h_kv) − 1 read head j; then attend as usual.")
-
-_GQA_MISTAKES = [
-    Mistake("not-expanded", *_NOT_EXPANDED[:1], _gqa_sdpa_not_expanded, more=_NOT_EXPANDED[1]),
-    *variants(_gqa_variant, [
-        ("not-expanded", dict(expand="none"), *_NOT_EXPANDED),
-        ("tiled", dict(expand="tiled"),
-         "with groups of three heads (h = 6, h_kv = 2), query head 1 read key/value head 1. Which query heads "
-         "form group 0, the one that shares key/value head 0?",
-         "the heads were tiled 0, 1, 0, 1, … (as repeat does, or Q grouped as (…, h/h_kv, h_kv, …)). The groups "
-         "are consecutive query heads: heads 0 … h/h_kv − 1 share key/value head 0. Repeat each key/value head "
-         "in place instead, as repeat_kv does."),
-        ("no-mask", dict(mask="none"),
-         "the output depends on positions in the future of the queries: does every query head still have a "
-         "causal mask on its scores, before softmax?",
-         "add the causal mask to the scores of every query head before softmax: −∞ on the keys that lie after "
-         "a query's position."),
-        ("top-left", dict(mask="top-left"),
-         "right when T_q = T_k, wrong with a cache: your mask lets query i read only keys 0 … i, as if the new "
-         "queries were the first T_q positions. Which keys may the last new query read?",
-         "the new queries are the last T_q of the T_k positions: query i sits at position i + T_k − T_q and "
-         "reads every key up to that one. A square mask on the first T_q positions, or SDPA's is_causal with "
-         "T_q ≠ T_k (it aligns the mask to the top left), cuts off the cache."),
-        ("self-blocked", dict(mask="self-blocked"),
-         "your mask is one diagonal off: a query may not read its own position. Which key is the last one a "
-         "query may read?",
-         "the mask must block only the keys after a query's own position: query i (at position i + T_k − T_q) "
-         "reads its own key too. Yours blocks one key too many."),
-        ("one-ahead", dict(mask="one-ahead"),
-         "your mask is one diagonal off: every query reads one key of its future. Which key is the last one a "
-         "query may read?",
-         "the mask must block every key after a query's own position, i + T_k − T_q for query i. Yours lets "
-         "each query read the next position as well."),
-        ("weights-times-K", dict(values="K"),
-         "the weights multiply K instead of V: with d_v ≠ d_k the result even has K's width. What do the "
-         "weights average?",
-         "the weights average the rows of V: expand V the same way as K and multiply the weights by it."),
-        ("scale-d_v", dict(scale="d_v"),
-         "right when d_k = d_v, wrong when they differ: the scores are scaled by the wrong width. Which size "
-         "does the dot product of a query and a key add up over?",
-         "the scores are divided by √d_k, the width of Q and K, not by √d_v."),
-        ("fewer-queries", dict(queries="first", expand="none"),
-         "your result has h_kv heads: you kept one query head per group. Does a query head lose its own "
-         "output when it shares its key and value with others?",
-         "every one of the h query heads keeps its own output; only K and V are shared. Expand K and V to h "
-         "heads instead of shrinking Q."),
-        ("mean-queries", dict(queries="mean", expand="none"),
-         "your result has h_kv heads: you averaged the queries of each group. Does a query head lose its own "
-         "output when it shares its key and value with others?",
-         "every one of the h query heads keeps its own output; only K and V are shared. Expand K and V to h "
-         "heads instead of averaging Q."),
-    ]),
-]
-
-
-def _right(out, case, atol) -> bool:
-    want = _gqa_reference(*case)
-    return isinstance(out, torch.Tensor) and out.shape == want.shape and \
-        torch.allclose(out.detach().double(), want.double(), atol=atol)
-
-
-def _gqa_diagnosis(verdict: Verdict, results) -> Verdict | None:
-    """Right on every float64 input but raising on the bfloat16 one: tensors of two dtypes met. Right on every
-    input with one batch axis but not on the one with two: the heads were looked for on the second axis
-    (whatever error or value that gave). Read from the cached results."""
-    if verdict.mistake in ("in-place", "stub", "none", "not-callable", "dtype", "device"):
+def _returned(verdict: Verdict, results) -> Verdict | None:
+    """The verdict of the first cached :class:`_Returned`, unless the engine has named an error or the stub."""
+    if verdict.mistake in ("error", "in-place", "stub", "none", "not-callable"):
         return None
-    outs = {id(case): (got, e) for case, got, e in results.outputs()}
-    cases = [case for case, _ in results.cases]
-    tight, loose = cases[:len(_gqa_cases()[0].cases)], cases[len(_gqa_cases()[0].cases):]
-
-    def right(case, atol) -> bool:
-        got, e = outs[id(case)]
-        return e is None and _right(got, case, atol)
-
-    if all(right(c, 1e-6) for c in tight) and any(outs[id(c)][1] is not None for c in loose):
-        return named(_MIXED)
-    one_axis = [c for c in tight + loose if c[0].dim() == 4]
-    two_axes = [c for c in tight if c[0].dim() == 5]
-    if all(right(c, 3e-2) for c in one_axis) and not all(right(c, 1e-6) for c in two_axes):
-        return named(_HEAD_AXIS)
-    return None
+    return next((got.verdict for _, got, _ in results.outputs() if isinstance(got, _Returned)), None)
 
 
-@checker(mistakes=[*_GQA_MISTAKES, _HEAD_AXIS, _MIXED])
-def check_gqa_attention(fn) -> Verdict:
-    """Check ``fn(Q, K, V)``: Q (..., h, T_q, d_k), K (..., h_kv, T_k, d_k), V (..., h_kv, T_k, d_v) → causal
-    output (..., h, T_q, d_v), the queries the last T_q positions."""
-    return judge(fn, _gqa_cases(), _gqa_reference, _GQA_MISTAKES, diagnose=_gqa_diagnosis,
-                 success="each key/value head serves its own group of consecutive query heads, the new queries "
-                         "read the whole cache up to themselves, with two batch axes and in bfloat16.")
+def _through_layer(fn):
+    """fn(W_QKV, W_O, h, h_kv) judged by what the library's grouping computes with the weights it returns."""
+    def regrouped(W_QKV, W_O, h, h_kv):
+        shapes, dtype = (W_QKV.shape, W_O.shape), W_QKV.dtype
+        want = _strided_reference(W_QKV, W_O, h, h_kv)
+        kv = W_QKV[:, W_O.shape[0]:].clone()
+        got = fn(W_QKV, W_O, h, h_kv)
+        if got is None:
+            return None
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)
+                and tuple(t.shape for t in got) == shapes and all(t.dtype == dtype for t in got)):
+            return _Returned(named(_PAIR, shapes=f"{describe(W_QKV)} and {describe(W_O)}", got=describe(got)))
+        out = _grouped_output(*got, h, h_kv)
+        moved = not torch.equal(got[0][:, W_O.shape[0]:], kv)   # wrong and K/V changed: a K/V head was moved
+        return _Returned(named(_KV_MOVED)) if moved and not torch.allclose(out, want, atol=1e-5) else out
+    return regrouped
+
+
+def _regroup(W_QKV, W_O, h, h_kv, *, order="blocked", q=True, o=True, layout="heads"):
+    """The weights reordered for the library's grouping, with the planted mistakes' switches."""
+    d_model, n = W_O.shape[0], h // h_kv
+    d_head = d_model // h
+    order = {"blocked": torch.arange(h).reshape(n, h_kv).T, "inverse": torch.arange(h).reshape(h_kv, n).T,
+             "unchanged": torch.arange(h)}[order].reshape(h)
+    if layout == "heads":
+        cols = (order[:, None] * d_head + torch.arange(d_head)).reshape(-1)
+    else:
+        cols = (torch.arange(d_head)[None, :] * h + order[:, None]).T.reshape(-1)
+    W_Q = W_QKV[:, :d_model][:, cols] if q else W_QKV[:, :d_model]
+    W_O = W_O[cols] if o is True else W_O[:, cols] if o == "o-columns" else W_O
+    return torch.cat([W_Q, W_QKV[:, d_model:]], dim=1), W_O
+
+
+_REGROUP_PLANTED = variants(_regroup, [
+    ("unchanged", dict(order="unchanged"),
+     "your weights compute what they computed before, but read through the other grouping. In the layer you "
+     "were given, which query heads read K/V head 0, and which read them in the library's layer?",
+     "with h = 6 and h_kv = 2 the given layer pairs query heads 0, 2, 4 with K/V head 0, and the library pairs "
+     "heads 0, 1, 2 with it. The K/V heads cannot move (each serves a whole group); the query heads can, "
+     "if W_O follows them."),
+    ("inverse-order", dict(order="inverse"),
+     "your new order of the query heads is the inverse of the one needed: it says where each old head goes, "
+     "not which old head comes. Which old head must the new head 1 be?",
+     "new head g·(h / h_kv) + r must be the r-th of the old query heads that read K/V head g: with h = 6 and "
+     "h_kv = 2, old heads 0, 2, 4, then 1, 3, 5. Yours gives 0, 3, 1, 4, 2, 5; the two orders agree only "
+     "when one is its own inverse, as with h = 4 and h_kv = 2."),
+    ("W_O-not-reordered", dict(o=False),
+     "the query heads were reordered, W_O was not. Which rows of W_O does each head's output meet?",
+     "the concatenated heads are multiplied by W_O: head n meets rows n·d_head … (n+1)·d_head − 1. When a head "
+     "moves to a new place, its rows of W_O must move with it."),
+    ("W_Q-not-reordered", dict(q=False),
+     "W_O's rows were reordered, the queries were not. Which columns of W_QKV make query head n?",
+     "query head n is made by W_QKV's columns n·d_head … (n+1)·d_head − 1 (W_Q comes first): reorder those "
+     "head blocks exactly as you reordered W_O's rows."),
+    ("W_O-columns", dict(o="o-columns"),
+     "you reordered W_O's columns, which are the output features, not its rows. Which axis of W_O meets the "
+     "heads?",
+     "out = concat(heads) · W_O, with W_O of shape (h·d_head, d_model) in the book's orientation: the heads meet "
+     "its rows. Reorder the rows, in blocks of d_head."),
+    ("head-layout", dict(layout="interleaved"),
+     "you moved single columns, taking head n to own columns n, n + h, n + 2h, …. Which columns of W_Q does "
+     "one head own?",
+     "split_heads cuts the h·d_head columns into h blocks of d_head consecutive columns: head n owns "
+     "n·d_head … (n+1)·d_head − 1. Reorder those whole blocks."),
+])
+# each judged, like the learner's, by what the library's grouping computes with the weights it returns
+_REGROUP_MISTAKES = [Mistake(m.label, m.hint, _through_layer(m.wrong), m.more) for m in _REGROUP_PLANTED]
+
+_KV_MOVED = Mistake(
+    "kv-moved",
+    "your weights change the columns of K or V. Each key/value head serves a whole group of query heads: "
+    "which heads can move to a new place without changing what any other head reads?",
+    more="the K/V heads stay where they are, W_QKV's last 2·d_kv columns unchanged; only the query heads move "
+         "(W_Q's column blocks), and W_O's row blocks with them.")
+_PAIR = Mistake(
+    "pair",
+    "return the pair (W_QKV, W_O): two tensors of the inputs' shapes and dtype, {shapes}; got {got}. Does "
+    "moving the query heads to new places change any shape or dtype?",
+    more="reordering the query heads moves columns of W_QKV and rows of W_O without changing any shape or "
+         "dtype: return them as (W_QKV, W_O), {shapes}; got {got}.")
+
+
+@checker(mistakes=[*_REGROUP_MISTAKES, _PAIR, _KV_MOVED])
+def check_regrouped_heads(fn) -> Verdict:
+    """``fn(W_QKV, W_O, h, h_kv)`` → (W_QKV, W_O) regrouped for the library's grouping of query heads."""
+    judged = _through_layer(fn) if callable(fn) else fn
+    return judge(judged, _regroup_cases(), _strided_reference, _REGROUP_MISTAKES, diagnose=_returned,
+                 success="with your weights the library's grouping computes what the strided layer computed: for "
+                         "groups of three and of two query heads and for one key/value head, K and V untouched.")
 
 
 # --------------------------------------------------------------------------------- predict: cache bytes/token
@@ -222,23 +180,6 @@ CACHE_QUESTION = {"L": 24, "W_QKV": (3072, 2048), "W_O": (2048, 2048), "d_head":
 """A checkpoint described by its weights: 24 blocks, each with a fused W_QKV.weight of shape (3072, 2048) and a
 W_O.weight of (2048, 2048), heads of 128, the cache kept in float32. Hidden in the shapes: d_model = 2048, h = 16
 query heads and h_kv = 4 key/value heads."""
-
-
-def _question_layer() -> MultiHeadAttention:
-    """The attention layer of ``CACHE_QUESTION``, built on the meta device (shapes only): h = 16, h_kv = 4."""
-    with torch.device("meta"):
-        return MultiHeadAttention(2048, 16, h_kv=4, bias=False)
-
-
-def _measured_bytes_per_token(L: int, d_model: int, h: int, h_kv: int, T: int = 3) -> int:
-    """Bytes per token of the K and V that the library's GPT (float32, a small stand-in) caches for T tokens."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT(11, d_model, h, L, max_T=T, h_kv=h_kv).eval()
-    caches = [KVCache() for _ in model.blocks]
-    with torch.no_grad():
-        model(torch.randint(0, 11, (1, T), generator=_gen(0)), caches)
-    return sum(c.K.nbytes + c.V.nbytes for c in caches) // T
 
 
 def _cache_guesses(want: int) -> list[Guess]:
@@ -263,10 +204,22 @@ def _cache_guesses(want: int) -> list[Guess]:
               "too low, by the size of one number: did you count numbers or bytes?",
               kv * L,
               more="the cache is kept in float32: every number takes 4 bytes."),
-        Guess("K-only",
-              "too low by a factor of 2: which tensors does each layer cache for every token?",
+        Guess("half",
+              "too low by a factor of 2: which tensors does each layer cache for every token, and how many "
+              "bytes does each of their numbers take?",
               kv // 2 * L * b,
-              more="each layer keeps a K row and a V row for every token, both of the same width."),
+              more="each layer keeps a K row and a V row for every token, both of the same width, and the cache "
+                   "is kept in float32: 4 bytes a number, not float16's 2."),
+        Guess("kv-twice",
+              "too high by a factor of 2: the rows of W_QKV after W_Q's hold K and V together. How wide is K "
+              "alone?",
+              2 * kv * L * b,
+              more="W_QKV's rows are W_Q's (d_model of them), then W_K's, then W_V's, the last two of equal "
+                   "width: the rows after W_Q's are 2 · d_kv, and the cache keeps exactly those."),
+        Guess("kib",
+              "too low: that is the answer in KiB. The question asks for bytes: how many bytes are in a KiB?",
+              want // 1024,
+              more="1 KiB is 1024 bytes; give the count of bytes itself."),
         Guess("one-layer",
               "too low: that is the cache of one block. How many blocks keep a cache of their own?",
               kv * b,
@@ -291,22 +244,12 @@ _CACHE_GUESSES = _cache_guesses(_CACHE_WANT)
 @checker(kind="predict", mistakes=_CACHE_GUESSES)
 def check_gqa_cache_bytes(value) -> Verdict:
     """Check a predicted number of KV-cache bytes per token for the checkpoint of ``CACHE_QUESTION``."""
-    small = dict(L=2, d_model=32, h=8, h_kv=2)   # the same group size h / h_kv = 4, measured in milliseconds
-    measured = _measured_bytes_per_token(**small)
-    formula = kv_cache_bytes(small["L"], small["h_kv"], small["d_model"] // small["h"], bytes_per_number=4)
-    layer = _question_layer()
-    s = CACHE_QUESTION
-    want = kv_cache_bytes(s["L"], layer.h_kv, layer.d_head, bytes_per_number=s["bytes_per_number"])
-    if measured != formula or tuple(layer.W_QKV.weight.shape) != s["W_QKV"] or want != _CACHE_WANT:
-        raise AssertionError(f"the checker's formula disagrees with a measured cache ({measured} bytes per "
-                             f"token at {small}) or with the question's layer; please report this.")
+    want = _CACHE_WANT   # agrees with kv_cache_bytes and with a measured cache (tests/test_checks_gqa.py)
     return judge_number(value, want, _CACHE_GUESSES, rtol=0.01,
                         success=f"W_QKV's 3072 rows are W_Q's 2048 (d_model, from W_O) and 1024 for K and V, "
                                 f"so h_kv = 1024 / (2 · 128) = 4 key/value heads for 16 query heads. Every token "
                                 f"adds those 1024 numbers to each of the 24 blocks, at 4 bytes: {want:,} bytes "
-                                f"({want // 1024} KiB), a quarter of what 16 key/value heads would need. A small "
-                                f"float32 model of the library measures {measured:,} bytes per token, as the "
-                                f"formula says.")
+                                f"({want // 1024} KiB), a quarter of what 16 key/value heads would need.")
 
 
 # ------------------------------------------------------------------------------ extend: MHA → GQA by pooling
@@ -359,8 +302,7 @@ _PARTS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "output")
 
 
 def _summary(layer: MultiHeadAttention, x: torch.Tensor) -> tuple:
-    """What a converted layer is judged by: the rows of W_Q, W_K, W_V, then W_O, their biases (None without),
-    and its output on x."""
+    """A layer's W_Q, W_K, W_V, W_O rows, their biases (None without) and its output on x."""
     q, k, v = layer.qkv_sizes
     with torch.no_grad():
         parts = []
@@ -373,11 +315,14 @@ def _summary(layer: MultiHeadAttention, x: torch.Tensor) -> tuple:
 
 
 def _judged(convert):
-    """convert(mha, h_kv) judged by its summary (its structure was checked before)."""
-    def summary(mha, h_kv, x):
-        layer = convert(mha, h_kv)
-        return None if layer is None else _summary(layer, x)
-    return summary
+    """convert(mha, h_kv) judged by the new layer's summary, or by what is wrong with its structure."""
+    def converted(mha, h_kv, x):
+        new = convert(mha, h_kv)
+        if new is None:
+            return None
+        problem = _structure(new, mha, h_kv)
+        return _Returned(problem) if problem else _summary(new, x)
+    return converted
 
 
 def _pooled_summary(mha, h_kv, x, *, how="mean"):
@@ -450,6 +395,19 @@ _PART_KV = Mistake(
     more="W_QKV's rows are W_Q's d_model rows, then W_K's, then W_V's, each head owning d_head consecutive "
          "rows; the new K/V head j is the mean of the old heads j·(h/h_kv) … (j+1)·(h/h_kv) − 1, in W_K's "
          "rows and in W_V's.")
+_BIASES = Mistake(
+    "biases-not-copied",
+    "the weights are right, but the biases of several parts are not mha's (nor their group means). Did the "
+    "new layer get mha's biases, or keep the ones it was built with?",
+    more="a new layer starts with random biases: copy W_Q's and W_O's biases from mha, and pool the biases of "
+         "K and V over each group as the weights.")
+_STALE = Mistake(
+    "changed-after-built",
+    "the new layer's own sizes (qkv_sizes {got}) do not fit its fused weight of {rows} rows: it was changed "
+    "after it was built. Which argument, when a layer is built, sets its number of key/value heads?",
+    more="a layer fixes its sizes (h_kv, qkv_sizes) when it is built; setting h_kv or W_QKV on a copy later "
+         "leaves them describing the old layer. Build a new layer with h_kv key/value heads and copy the "
+         "numbers into it.")
 _PART_BIAS = Mistake(
     "kv-biases",
     "the weights are right, the biases of K or V are not. Are the biases grouped like the weights?",
@@ -457,72 +415,59 @@ _PART_BIAS = Mistake(
          "exactly as the rows of the weights.")
 
 
-def _structure(fn) -> Verdict | None:
-    """The new layer's type, head counts, options, dtype and device, and whether its parameters are its own,
-    on every case; None when they are right (or when fn fails, which judge then describes)."""
-    for mha, h_kv, _ in _mean_pool_cases():
-        try:
-            new = fn(mha, h_kv)
-        except Exception:  # noqa: BLE001 - judge names the error
+def _structure(new, mha: MultiHeadAttention, h_kv: int) -> Verdict | None:
+    """What is wrong with the new layer's type, head counts, options, dtype, device or ownership; else None."""
+    if not isinstance(new, MultiHeadAttention):
+        return named(_NOT_A_LAYER, got=type(new).__name__)
+    want_rows = (mha.h + 2 * h_kv) * mha.d_head
+    rows = new.W_QKV.weight.shape[0]
+    if (new.h, new.h_kv, new.d_model, rows) != (mha.h, h_kv, mha.d_model, want_rows):
+        return named(_HEADS, h=mha.h, h_kv=h_kv, got_h=new.h, got_h_kv=new.h_kv, rows=rows, d=mha.d_model,
+                     want_rows=want_rows)
+    if sum(new.qkv_sizes) != rows:
+        return named(_STALE, got=tuple(new.qkv_sizes), rows=rows)
+    has, got = mha.W_QKV.bias is not None, new.W_QKV.bias is not None
+    if got != has or (new.W_O.bias is not None) != (mha.W_O.bias is not None):
+        return named(_BIAS, what="has" if not has else "lacks", has="has none" if not has else "has them")
+    if new.rope != mha.rope:
+        return named(_OPTIONS, got=new.rope, want=mha.rope)
+    p, q = next(new.parameters()), mha.W_O.weight
+    if any(t.dtype != q.dtype or t.device != q.device for t in new.parameters()):
+        return named(_LAYER_DTYPE, got=f"{p.dtype} on {p.device}", want=f"{q.dtype} on {q.device}")
+    shared = shared_parameters(new, (mha,))
+    return named(SHARED, name=shared[0].removeprefix("result.")) if shared else None
+
+
+def _pool_diagnosis(verdict: Verdict, results) -> Verdict | None:
+    """A wrong structure, or from the cached summaries the part of the layer that differs."""
+    found = _returned(verdict, results)
+    if found is not None or verdict.mistake != "values":
+        return found
+    for case, got, e in results.outputs():
+        if e is not None or not isinstance(got, tuple):
+            continue
+        bad = {name for name, g, w in zip(_PARTS, got, _pooled_summary(*case))
+               if (g is None) != (w is None) or (g is not None and not torch.allclose(g, w, atol=1e-5))}
+        if not bad & {"W_Q", "W_K", "W_V", "W_O"} and len({n[-1] for n in bad if n[:2] == "b_"} - {"V"}) > 1:
+            return named(_BIASES)
+        for parts, m in (({"W_Q", "b_Q"}, _PART_Q), ({"W_O", "b_O"}, _PART_O), ({"W_K", "W_V"}, _PART_KV),
+                         ({"b_K", "b_V"}, _PART_BIAS)):
+            if parts & bad:
+                return named(m)
+        if bad:
             return None
-        if new is None:
-            return None
-        if not isinstance(new, MultiHeadAttention):
-            return named(_NOT_A_LAYER, got=type(new).__name__)
-        want_rows = (mha.h + 2 * h_kv) * mha.d_head
-        rows = new.W_QKV.weight.shape[0]
-        if (new.h, new.h_kv, new.d_model, rows) != (mha.h, h_kv, mha.d_model, want_rows):
-            return named(_HEADS, h=mha.h, h_kv=h_kv, got_h=new.h, got_h_kv=new.h_kv, rows=rows, d=mha.d_model,
-                         want_rows=want_rows)
-        has, got = mha.W_QKV.bias is not None, new.W_QKV.bias is not None
-        if got != has or (new.W_O.bias is not None) != (mha.W_O.bias is not None):
-            return named(_BIAS, what="has" if not has else "lacks", has="has none" if not has else "has them")
-        if new.rope != mha.rope:
-            return named(_OPTIONS, got=new.rope, want=mha.rope)
-        p, q = next(new.parameters()), mha.W_O.weight
-        if any(t.dtype != q.dtype or t.device != q.device for t in new.parameters()):
-            return named(_LAYER_DTYPE, got=f"{p.dtype} on {p.device}", want=f"{q.dtype} on {q.device}")
-        shared = shared_parameters(new, (mha,))
-        if shared:
-            return named(SHARED, name=shared[0].removeprefix("result."))
     return None
 
 
-def _part_diagnosis(fn):
-    """Which part of the new layer differs (W_Q, K/V rows, W_O, biases) when no planted mistake matches."""
-    def diagnose(verdict: Verdict) -> Verdict | None:
-        if verdict.mistake != "values":
-            return None
-        for case in _mean_pool_cases():
-            got, want = _judged(fn)(*case), _pooled_summary(*case)
-            bad = [name for name, g, w in zip(_PARTS, got, want)
-                   if (g is None) != (w is None) or (g is not None and not torch.allclose(g, w, atol=1e-5))]
-            if not bad:
-                continue
-            if {"W_Q", "b_Q"} & set(bad):
-                return named(_PART_Q)
-            if {"W_O", "b_O"} & set(bad):
-                return named(_PART_O)
-            if {"W_K", "W_V"} & set(bad):
-                return named(_PART_KV)
-            if {"b_K", "b_V"} & set(bad):
-                return named(_PART_BIAS)
-            return None
-        return None
-    return diagnose
-
-
-_STRUCTURE_MISTAKES = [_NOT_A_LAYER, _HEADS, _BIAS, _OPTIONS, _LAYER_DTYPE, _PART_Q, _PART_O, _PART_KV, _PART_BIAS]
+_STRUCTURE_MISTAKES = [_NOT_A_LAYER, _HEADS, _STALE, _BIAS, _OPTIONS, _LAYER_DTYPE, _PART_Q, _PART_O, _PART_KV,
+                       _PART_BIAS, _BIASES]
 
 
 @checker(mistakes=[*_POOL_MISTAKES, *_STRUCTURE_MISTAKES])
 def check_mean_pooled_kv(fn) -> Verdict:
-    """Check ``fn(mha, h_kv)``: a new MultiHeadAttention with h_kv key/value heads, each the mean of its group,
-    mha's options and dtype, and parameters of its own."""
+    """``fn(mha, h_kv)`` → a new MultiHeadAttention with h_kv key/value heads, each its group's mean."""
     success = ("a new layer of its own, with mha's options and dtype: W_Q and W_O copied, and each key/value "
                "head the mean of its group of h / h_kv consecutive heads (biases too), the conversion used to "
                "start training a GQA model from an MHA one.")
-    if not callable(fn):
-        return judge(fn, _mean_pool_cases(), _pooled_summary, _POOL_MISTAKES, success=success)
-    return _structure(fn) or judge(_judged(fn), _mean_pool_cases(), _pooled_summary, _POOL_MISTAKES,
-                                   success=success, diagnose=_part_diagnosis(fn))
+    return judge(_judged(fn) if callable(fn) else fn, _mean_pool_cases(), _pooled_summary, _POOL_MISTAKES,
+                 success=success, diagnose=_pool_diagnosis)

@@ -1,18 +1,6 @@
-"""Exercise checkers for the mask chapter.
-
-``check_packed_mask(fn)``: ``fn(doc_ids)`` with doc_ids (..., T) int64 (the document of each token of a packed
-row) must return the boolean mask (..., T, T) in the convention of ``F.scaled_dot_product_attention``: True where
-query i may attend to key j, that is j ≤ i and both tokens belong to one document.
-``check_chunk_weights(fn)``: ``fn(Z, start)`` with the scaled scores Z (..., T_q, T_k) of the queries at positions
-start … start + T_q − 1 against the keys at positions 0 … T_k − 1 (start + T_q ≤ T_k) must return the causal
-weights P (..., T_q, T_k) in the dtype of Z.
-``check_padded_causal_weights(fn)``: ``fn(Z, is_pad)`` with Z (B, T, T) and is_pad (B, T) (True = padding
-token) must return P (B, T, T), in the dtype of Z, that reads only earlier, real keys; a row with no such key is
-all zeros.
-
-Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict,
-and a function that changes them is told so.
-"""
+"""Exercise checkers for the mask chapter: a causal mask for packed documents, the causal weights of a chunk of
+queries, and a causal head whose rows no later NaN or inf can reach. Each checker's docstring gives its contract;
+every input is built afresh on each call, and a function that changes its inputs is told so."""
 
 from __future__ import annotations
 
@@ -21,7 +9,7 @@ import torch
 from ..attention import causal_mask, softmax
 from ._core import Group, Mistake, Verdict, _gen, checker, judge, named, variants
 
-__all__ = ["check_packed_mask", "check_chunk_weights", "check_padded_causal_weights"]
+__all__ = ["check_packed_mask", "check_chunk_weights", "check_sealed_attention"]
 
 _NEG_INF = float("-inf")
 
@@ -29,11 +17,6 @@ _NEG_INF = float("-inf")
 def _blocked_after(T_q: int, T_k: int, offset: int) -> torch.Tensor:
     """(T_q, T_k) bool, True where key j lies after position offset + i (the future of query row i)."""
     return torch.arange(T_k)[None, :] > torch.arange(offset, offset + T_q)[:, None]
-
-
-def _blocked_before(T_q: int, T_k: int, offset: int) -> torch.Tensor:
-    """(T_q, T_k) bool, True where key j lies before position offset + i (the past of query row i)."""
-    return torch.arange(T_k)[None, :] < torch.arange(offset, offset + T_q)[:, None]
 
 
 UPCAST = Mistake(
@@ -44,15 +27,13 @@ UPCAST = Mistake(
          "dtype to the scores promotes the sum (float16 plus float32 gives float32). Build the mask in the "
          "scores' own dtype, or block the scores with masked_fill, which keeps their dtype.")
 
+
 def _dtype_look(verdict: Verdict, results) -> Verdict | None:
-    """Name the float16 trap of weights promoted to another dtype (a fill value that overflows is named by the
-    core, as :data:`FINITE`), from the cached result of the first float16 case."""
-    half = [(case, got) for case, got, _ in results.outputs() if case[0].dtype == torch.float16]
-    if verdict.mistake == "dtype" and half:
-        (half_case, got), = half[:1]
-        want = half_case[0].dtype
-        if isinstance(got, torch.Tensor) and got.dtype != want:
-            return named(UPCAST, got=str(got.dtype), want=str(want))
+    """Weights promoted out of the float16 scores' dtype, from the cached result of the float16 case (a fill value
+    that overflows is named by the core, as FINITE)."""
+    got = next((got for case, got, _ in results.outputs() if case[0].dtype == torch.float16), None)
+    if verdict.mistake == "dtype" and isinstance(got, torch.Tensor) and got.dtype != torch.float16:
+        return named(UPCAST, got=str(got.dtype), want=str(torch.float16))
     return None
 
 
@@ -189,11 +170,15 @@ def _chunk_reference(Z, start):
     return torch.softmax(Z.double().masked_fill(future, _NEG_INF), dim=-1).to(Z.dtype)
 
 
-def _planted_chunk(Z, start, *, offset: str = "start", shift: int = 0, how: str = "add", dim: int = -1):
+def _planted_chunk(Z, start, *, offset: str = "start", shift: int = 0, how: str = "add", dim: int = -1,
+                   emptied: bool = False):
     """P with a planted slip; the defaults compute it. Row i stands for position ``offset`` + i (+ ``shift``):
     "start" (right), "zero" (row i taken for position i) or "last" (the queries taken for the last T_q
     positions); ``how`` is "add" (block before softmax), "none", "after" (zeroed after softmax), "multiply"
-    (scores times a 0/1 mask) or "past" (the past blocked instead of the future)."""
+    (scores times a 0/1 mask) or "past" (the past blocked instead of the future); ``emptied`` turns the NaN of
+    a row or column with nothing left to read into zeros, as nan_to_num does."""
+    if emptied:
+        return _planted_chunk(Z, start, offset=offset, shift=shift, how=how, dim=dim).nan_to_num(0.0)
     T_q, T_k = Z.shape[-2], Z.shape[-1]
     first = {"start": start, "zero": 0, "last": T_k - T_q}[offset] + shift
     future = _blocked_after(T_q, T_k, first)
@@ -205,7 +190,7 @@ def _planted_chunk(Z, start, *, offset: str = "start", shift: int = 0, how: str 
     if how == "multiply":
         return softmax(Z * ~future)
     if how == "past":
-        return softmax(Z.masked_fill(_blocked_before(T_q, T_k, first), _NEG_INF))
+        return softmax(Z.masked_fill(~_blocked_after(T_q, T_k, first - 1), _NEG_INF))
     return softmax(Z.masked_fill(future, _NEG_INF), dim=dim)
 
 
@@ -224,6 +209,10 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
      "may a query read its own key? Find, in each row, the column of the query's own position.",
      "your mask starts one column too early: it blocks the key at the query's own position, which a query "
      "may read."),
+    ("self-blocked", {"shift": -1, "emptied": True},
+     "may a query read its own key? Find, in each row, the column of the query's own position.",
+     "your mask starts one column too early: it blocks the key at the query's own position, which a query "
+     "may read (and the first query, with nothing left to read, gets no weights at all)."),
     ("reads-next", {"shift": 1},
      "is the key just after a query's own position blocked in your weights?",
      "your mask starts one column too late: each query also reads the key just after its own position, a "
@@ -236,6 +225,9 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
      "you zeroed the future weights after softmax, so the rows no longer sum to 1. Block the scores before "
      "softmax (or renormalise each row)."),
     ("wrong-axis", {"dim": -2},
+     "along which axis do your weights sum to 1? Each query's weights over the keys should.",
+     "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
+    ("wrong-axis", {"dim": -2, "emptied": True},
      "along which axis do your weights sum to 1? Each query's weights over the keys should.",
      "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
     ("wrong-triangle", {"how": "past"},
@@ -260,98 +252,129 @@ def check_chunk_weights(fn) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Extend: a key-padding mask combined with the causal mask.
+# Extend: a causal head whose row i is what position i gets from its prefix alone, whatever the later positions
+# hold: a NaN or inf in a later key or value must not reach it (a row that reads one may be NaN, as alone).
 
-def _padded_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = _gen(406)
-    T_, F_ = True, False
+def _sealed_cases() -> list[tuple]:
+    g, nan, inf = _gen(408), float("nan"), float("inf")
+
+    def case(*lead, T, d_k, d_v, bad=(), dtype=torch.float32):
+        Q, K, V = (torch.randn(*lead, T, d, generator=g, dtype=dtype) for d in (d_k, d_k, d_v))
+        for which, index, value in bad:                       # a bad number planted in k_t or v_t
+            {"K": K, "V": V}[which][index] = value
+        return Q, K, V
+
     return [
-        # left padding (the first two queries have no real key), right padding, no padding; T = 5
-        (torch.randn(3, 5, 5, generator=g) * 2,
-         torch.tensor([[T_, T_, F_, F_, F_], [F_, F_, F_, T_, T_], [F_, F_, F_, F_, F_]])),
-        # one pad at the start, one at the end; T = 6
-        (torch.randn(2, 6, 6, generator=g) * 2,
-         torch.tensor([[T_, F_, F_, F_, F_, F_], [F_, F_, F_, F_, F_, T_]])),
+        case(2, T=6, d_k=4, d_v=3, bad=[("K", (0, 4, 1), nan), ("V", (1, 3, 0), inf)]),   # T, d_k, d_v all differ
+        case(T=5, d_k=2, d_v=6, bad=[("V", (2, 1), nan)], dtype=torch.float64),          # one row, float64
+        case(2, 2, T=7, d_k=8, d_v=5),                                                    # clean, two axes
+        case(3, T=4, d_k=9, d_v=2, bad=[("K", (0, 3, 0), -inf), ("V", (2, 2, 1), nan), ("K", (2, 2, 0), nan)]),
     ]
 
 
-def _padded_half_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = _gen(407)
-    T_, F_ = True, False
-    return [((torch.randn(2, 4, 4, generator=g) * 2).half(),
-             torch.tensor([[T_, F_, F_, F_], [F_, F_, T_, T_]]))]
+def _planted_sealed(Q, K, V, *, mask="fill", values="sealed", scale="d_k", dim=-1):
+    """The causal head with a planted slip; the defaults compute it. ``mask``: "fill" (masked_fill with −∞),
+    "add" (an additive −∞ mask: NaN + (−∞) is NaN), "none", "after" (future weights zeroed after softmax) or
+    "strict" (the diagonal blocked too); ``values``: "sealed" (a future value never enters a row's sum), "product"
+    (P @ V: 0 · NaN is NaN), "cleaned" (non-finite values zeroed first), "cleaned-all" (non-finite keys and
+    values zeroed first) or "output" (NaN in the output zeroed);
+    ``scale``: the width whose square root divides the scores, "d_k", "T", "d_v" or "none"."""
+    T, d_k = Q.shape[-2], Q.shape[-1]
+    root = {"d_k": d_k, "T": T, "d_v": V.shape[-1], "none": 1}[scale] ** 0.5
+    future = torch.ones(T, T, dtype=torch.bool).triu(1 if mask != "strict" else 0)      # (T, T)
+    if values == "cleaned-all":
+        K = K.masked_fill(~K.isfinite(), 0.0)
+    Z = Q @ K.transpose(-2, -1) / root                                                   # (..., T, T)
+    if mask == "add":
+        Z = Z + torch.zeros(T, T, dtype=Z.dtype).masked_fill(future, _NEG_INF)
+    elif mask in ("fill", "strict"):
+        Z = Z.masked_fill(future, _NEG_INF)
+    P = torch.softmax(Z, dim=dim)
+    if mask == "after":
+        P = P.masked_fill(future, 0.0)
+    if values.startswith("cleaned"):
+        V = V.masked_fill(~V.isfinite(), 0.0)
+    if values in ("product", "cleaned", "cleaned-all", "output"):
+        out = P @ V
+        return out.nan_to_num(0.0) if values == "output" else out
+    terms = P[..., :, :, None] * V[..., None, :, :]                                      # (..., T, T, d_v)
+    return terms.masked_fill(future[:, :, None], 0.0).sum(-2)
 
 
-def _planted_padded(Z: torch.Tensor, is_pad: torch.Tensor, *, causal: bool = True, pad: str = "keys",
-                    inverted: bool = False, fill: float = _NEG_INF, empty_rows_zero: bool = True) -> torch.Tensor:
-    """P with a planted slip; the defaults compute P itself. ``pad`` is where padding is blocked: "keys"
-    (columns), "queries" (rows), "none", or "after" softmax; ``inverted`` reads True in is_pad as a real token."""
-    T = Z.shape[-1]
-    Z = Z.double()
-    if inverted:
-        is_pad = ~is_pad
-    if pad == "after":
-        return softmax(Z + causal_mask(T, dtype=Z.dtype)) * ~is_pad[:, None, :]
-    allowed = torch.ones(Z.shape, dtype=torch.bool)                   # (B, T, T) True where i may read j
-    if causal:
-        allowed = allowed & causal_mask(T, dtype=torch.bool)
-    if pad == "keys":
-        allowed = allowed & ~is_pad[:, None, :]
-    elif pad == "queries":
-        allowed = allowed & ~is_pad[:, :, None]
-    P = softmax(Z.masked_fill(~allowed, fill))
-    return P.nan_to_num(0.0) if empty_rows_zero else P
+def _sealed_reference(Q, K, V):
+    return _planted_sealed(Q, K, V)
 
 
-def _padded_reference(Z, is_pad):
-    allowed = causal_mask(Z.shape[-1], dtype=torch.bool) & ~is_pad[:, None, :]     # (B, T, T)
-    P = torch.softmax(Z.double().masked_fill(~allowed, _NEG_INF), dim=-1)
-    return torch.where(allowed.any(-1, keepdim=True), P, torch.zeros_like(P)).to(Z.dtype)
-
-
-_INVERTED = ("in is_pad, what does True mark? Which tokens does your code block?",
-             "you treated True in is_pad as 'may attend', so real tokens are blocked and padding is read. "
-             "True marks a padding token, which must be blocked.")
-
-_PADDED_MISTAKES = variants(_planted_padded, [
-    ("nan-rows", {"empty_rows_zero": False},
-     "some rows of your weights are NaN. Which queries have no key they may read, and what should their "
-     "weights be?",
-     "a query with no readable key (at the start of a left-padded sequence every key it may see is "
-     "padding) comes out NaN: softmax of a row of minus infinity is 0 / 0. Find the rows with no allowed "
-     "key and give them zero weights."),
-    ("uniform-rows", {"fill": torch.finfo(torch.float32).min, "empty_rows_zero": False},
-     "a query with nothing to read comes out with weight on every key, the future and the padding included. "
-     "What did you block the scores with?",
-     "a finite fill (a dtype's smallest number, -1e9) makes a fully blocked row uniform instead of NaN. "
-     "Block with minus infinity and set the empty rows to zero."),
-    ("padded-queries", {"pad": "queries"},
-     "which axis of the score table stands for the keys? Padding must never be read, by any query.",
-     "you blocked the padding on the query axis (rows) instead of the key axis (columns). A padding token "
-     "must be blocked as a key, for every query of its sequence."),
-    ("no-padding", {"pad": "none"},
-     "do your weights still read padding tokens?",
-     "only the causal mask is applied: key j must also be blocked where it is padding, for every query of "
-     "its sequence."),
-    ("no-causal", {"causal": False},
-     "padding is blocked; is the future?",
-     "combine both conditions before softmax: a key is blocked when it lies after the query or when it is "
-     "padding."),
-    ("inverted-padding", {"inverted": True}, *_INVERTED),
-    ("inverted-padding", {"inverted": True, "empty_rows_zero": False}, *_INVERTED),
-    ("after-softmax", {"pad": "after"},
-     "do your rows still sum to 1?",
-     "you zeroed the padded keys after softmax, so the rows no longer sum to 1. Block them in the scores, "
-     "before softmax, together with the future."),
+_SEALED_MISTAKES = variants(_planted_sealed, [
+    ("as-on-the-page", {"mask": "add", "values": "product"},
+     "a clean input gives the right rows, but one bad later key or value breaks every row. What do NaN + (−∞) "
+     "and 0 · NaN give?",
+     "this is causal attention as the chapter computes it: an added mask keeps a NaN score NaN, and a weight of "
+     "0 times a NaN value is NaN. A row must never see a later score or value at all: overwrite the future "
+     "scores, and keep the later values out of each row's sum."),
+    ("zero-times-nan", {"values": "product"},
+     "a bad later key no longer reaches the earlier rows; a bad later value does. What is a weight of 0 times "
+     "NaN?",
+     "the future weights are exactly 0, but P @ V still multiplies them with the later values, and 0 · NaN = "
+     "0 · inf = NaN. Leave each row's future values out of its sum instead of multiplying them by 0."),
+    ("additive-mask", {"mask": "add"},
+     "a bad later value no longer reaches the earlier rows; a NaN in a later key does. What is NaN + (−∞)?",
+     "adding −∞ to a NaN score leaves it NaN, and softmax spreads one NaN over the whole row. Overwrite the "
+     "future scores (masked_fill) instead of adding to them."),
+    ("cleaned-values", {"values": "cleaned"},
+     "the rows before a bad value are right. What does a row that really reads that value get from its prefix "
+     "alone?",
+     "you replaced the bad values before attending, so the rows that do read them come out finite. Row i must "
+     "be what its prefix alone gives, bad value included: only the rows before it are protected."),
+    ("cleaned-values", {"values": "cleaned-all"},
+     "the rows before a bad number are right. What does a row that really reads that key or value get from "
+     "its prefix alone?",
+     "you replaced the bad keys and values before attending, so the rows that do read them come out finite. "
+     "Row i must be what its prefix alone gives, bad numbers included: only the rows before them are "
+     "protected."),
+    ("nan-hidden", {"values": "output"},
+     "no NaN is left in your output, but is each row what its prefix alone gives?",
+     "you zeroed the NaN of the output: the rows that a later NaN broke are now 0, not their right values, and "
+     "the rows that really read a bad value are hidden too. Keep the bad numbers out of the rows before them "
+     "instead."),
+    ("no-mask", {"mask": "none", "values": "product"},
+     "does row i of your output change when a later token changes?",
+     "your rows read every key, the future included: no causal mask is applied."),
+    ("mask-after-softmax", {"mask": "after", "values": "product"},
+     "do your weights still sum to 1 over the keys a row may read?",
+     "you zeroed the future weights after softmax, so each row's weights no longer sum to 1 (and a NaN score "
+     "has spread already). Block the scores before softmax."),
 ])
 
+def _clean(case) -> bool:
+    return all(bool(t.isfinite().all()) for t in case)
 
-@checker(mistakes=[*_PADDED_MISTAKES, UPCAST])
-def check_padded_causal_weights(fn) -> Verdict:
-    """Check ``fn(Z, is_pad) -> P``: Z (B, T, T), is_pad (B, T) bool (True = padding) → P (B, T, T)."""
-    half = _padded_half_cases()
-    return judge(fn, [Group(_padded_cases(), 1e-5), Group(half, 3e-3)], _padded_reference, _PADDED_MISTAKES,
-                 diagnose=_dtype_look,
-                 success="each query reads only earlier real tokens, rows sum to 1, a query with nothing to "
-                         "read gets zero weights, not NaN (left, right and no padding), and float16 scores "
-                         "give float16 weights.")
+
+# Slips of the head itself, named on the clean cases alone (a clean input shows them, whatever the later values do).
+_HEAD_SLIPS = variants(_planted_sealed, [
+    ("diagonal-blocked", {"mask": "strict"},
+     "may position i read its own key? Look at row 0.",
+     "your mask also blocks the diagonal: position 0 has nothing left to read, and every row loses its own key."),
+    ("scale-T", {"scale": "T"},
+     "your output is off on a clean input too: which width divides the scores, and why that one?",
+     "you scaled the scores by √T. The scale is √d_k, the width of the vectors in each dot product."),
+    ("scale-d_v", {"scale": "d_v"},
+     "your output is off on a clean input too: which width divides the scores, and why that one?",
+     "you scaled the scores by √d_v, the width of the values. The scale is √d_k, the width of q and k."),
+    ("no-scale", {"scale": "none"},
+     "your weights are too sharp: what divides the scores before softmax?",
+     "the scores QKᵀ must be divided by √d_k before softmax."),
+    ("softmax-axis", {"dim": -2},
+     "along which axis do your weights sum to 1? Each query's row over the keys should.",
+     "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
+], where=_clean)
+
+
+@checker(mistakes=[*_SEALED_MISTAKES, *_HEAD_SLIPS])
+def check_sealed_attention(fn) -> Verdict:
+    """Check ``fn(Q, K, V) -> out``: Q, K (..., T, d_k), V (..., T, d_v) → (..., T, d_v), row i as its prefix
+    alone gives it, whatever the later keys and values hold."""
+    return judge(fn, _sealed_cases(), _sealed_reference, [*_SEALED_MISTAKES, *_HEAD_SLIPS],
+                 success="row i is exactly what its prefix alone gives: a NaN or inf in a later key or value "
+                         "never reaches it, and a row that does read one is broken as it would be alone "
+                         "(one row, a batch, two leading axes, float32 and float64).")

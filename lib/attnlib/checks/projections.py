@@ -1,38 +1,16 @@
-"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V).
-
-``check_load_projections(fn)``: ``fn(ckpt)`` with a checkpoint dict of the book's matrices "W_Q", "W_K"
-(d_model, d_k), "W_V" (d_model, d_v) and biases "b_Q", "b_K" (d_k,), "b_V" (d_v,) → a new module, in the
-checkpoint's dtype and sharing no memory with it, whose call on X (..., T, d_model) returns (Q, K, V) with
-Q = X W_Q + b_Q and so on.
-``check_split_fused(fn)``: ``fn(X, W_QKV, d_k)`` is the "find the bug" split of a fused projection, repaired:
-X (..., T, d_model), W_QKV = [W_Q | W_K | W_V] (d_model, 3·d_k), so d_v = d_k → (Q, K, V), each (..., T, d_k).
-``check_cross_qkv(fn)``: ``fn(X, X_kv, W_Q, W_KV, d_k)`` with W_KV = [W_K | W_V] (d_kv, d_k + d_v) fused for the
-other sequence X_kv (..., T_k, d_kv) → Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v).
-``check_qkv_params(n)``: a predicted number, the parameters of GPT-2 small's Q, K, V projections in one layer.
-
-Every call gets its own copy of the inputs, and the inputs are compared with the originals after it, so a
-function that changes them is named and cannot change a later verdict.
-"""
+"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V): loading a checkpoint into
+nn.Linear layers, the find-the-bug split of a fused projection, cross-attention's fused K/V projection, and a
+prediction of GPT-2 small's Q, K, V parameter count. Each checker's docstring gives its contract."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import nn
 
 from ..projections import Projections
-from ._core import (
-    Guess,
-    Mistake,
-    Verdict,
-    _fresh,
-    _gen,
-    checker,
-    judge,
-    judge_number,
-    named,
-    shared_parameters,
-    variants,
-)
+from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, shared_parameters, variants
 
 __all__ = ["check_load_projections", "check_split_fused", "check_cross_qkv", "check_qkv_params"]
 
@@ -47,11 +25,8 @@ _NAMES = ("Q", "K", "V")
 
 def _checkpoint(g, d_model, d_k, d_v, dtype) -> dict:
     widths = {"Q": d_k, "K": d_k, "V": d_v}
-    ckpt = {}
-    for n in _NAMES:
-        ckpt[f"W_{n}"] = torch.randn(d_model, widths[n], generator=g, dtype=dtype)
-        ckpt[f"b_{n}"] = torch.randn(widths[n], generator=g, dtype=dtype)
-    return ckpt
+    return {f"{kind}_{n}": torch.randn(*((d_model,) if kind == "W" else ()), widths[n], generator=g, dtype=dtype)
+            for n in _NAMES for kind in ("W", "b")}
 
 
 def _load_cases() -> list[tuple]:
@@ -69,9 +44,14 @@ def _probe(ckpt) -> torch.Tensor:
     return torch.randn(2, 3, W.shape[0], generator=_gen(23), dtype=W.dtype)
 
 
-def _load_reference(ckpt):
+def _load_reference(ckpt, flip=False):
+    """(Q, K, V) of the probe: X W + b, or X Wᵀ + b with ``flip`` (W copied into nn.Linear untransposed)."""
     X = _probe(ckpt)
-    return tuple(X @ ckpt[f"W_{n}"] + ckpt[f"b_{n}"] for n in _NAMES)
+    return tuple(X @ (ckpt[f"W_{n}"].T if flip else ckpt[f"W_{n}"]) + ckpt[f"b_{n}"] for n in _NAMES)
+
+
+def _square(case) -> bool:   # a non-square checkpoint cannot be copied untransposed at all
+    return case[0]["W_Q"].shape[0] == case[0]["W_Q"].shape[1]
 
 
 LOAD_NOT_A_MODULE = Mistake(
@@ -98,6 +78,7 @@ LOAD_NO_TRANSPOSE = Mistake(
     "no-transpose",
     "with the square checkpoint your module runs but computes other numbers. In which orientation does "
     "nn.Linear keep its weight, and in which does the checkpoint hold W?",
+    functools.partial(_load_reference, flip=True), where=_square,
     more="you copied the book's W (d_model × d) into nn.Linear's weight as it is. nn.Linear keeps its weight "
          "as out × in and multiplies by its transpose, so the weight must hold the transpose of W.")
 LOAD_BIAS = Mistake(
@@ -113,85 +94,56 @@ LOAD_OUTPUT = Mistake(
 
 
 class _Refused(Exception):
-    """Raised inside the checker when the learner's module is not one it can call (never seen by the learner)."""
+    """What the learner's function returned cannot be called as asked: carries the verdict that says why."""
 
 
-def _row_constant(d: torch.Tensor) -> bool:
-    """Whether every row of d (..., T, n) is the same vector."""
-    rows = d.reshape(-1, d.shape[-1])
-    return bool(torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-4))
-
-
-def _load_diagnose(fn, cases, found: dict, verdict: Verdict) -> Verdict | None:
-    if "not-a-module" in found:
-        return named(LOAD_NOT_A_MODULE, got=found["not-a-module"])
-    if "shared" in found:
-        return named(LOAD_SHARED, name=found["shared"])
-    if "dtype" in found:
-        have, want = found["dtype"]
-        return named(LOAD_DTYPE, have=have, want=want)
-    if verdict.mistake in ("type", "length"):
-        return named(LOAD_OUTPUT, got=found.get("output", "something else"))
-    untransposed, biased, ran = True, [], 0
-    for case in cases:
-        ckpt = case[0]
-        try:
-            out = fn(*_fresh(case))(_probe(ckpt))
-        except Exception:  # noqa: BLE001 - e.g. an untransposed copy that fails on a non-square checkpoint
-            continue
-        if not (isinstance(out, (tuple, list)) and len(out) == 3):
+def _load_then_call(fn):
+    """The learner's loader, then its module called once on the probe: the run the checker judges."""
+    def run(ckpt):
+        module = fn(ckpt)
+        if module is None:
             return None
-        X, ran = _probe(ckpt), ran + 1
-        for n, got in zip(_NAMES, out):
-            W, b = ckpt[f"W_{n}"], ckpt[f"b_{n}"]
-            right, flipped = X @ W, (X @ W.T if W.shape[0] == W.shape[1] else None)
-            if not isinstance(got, torch.Tensor) or got.shape != right.shape:
-                return None
-            got = got.detach().to(W.dtype)
-            untransposed &= flipped is not None and _row_constant(got - flipped)
-            if _row_constant(got - right) and not torch.allclose(got, right + b, atol=1e-5):
+        if not isinstance(module, nn.Module):
+            raise _Refused(named(LOAD_NOT_A_MODULE, got=type(module).__name__))
+        shared = shared_parameters(module, ckpt)
+        if shared:
+            raise _Refused(named(LOAD_SHARED, name=shared[0].removeprefix("result.")))
+        want = ckpt["W_Q"].dtype
+        have = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.dtype != want})
+        if have:
+            raise _Refused(named(LOAD_DTYPE, have=" and ".join(have), want=str(want).removeprefix("torch.")))
+        with torch.no_grad():
+            out = module(_probe(ckpt))
+        if not (isinstance(out, (tuple, list)) and len(out) == 3):
+            got = f"a tuple of {len(out)}" if isinstance(out, (tuple, list)) else f"a {type(out).__name__}"
+            raise _Refused(named(LOAD_OUTPUT, got=got))
+        return tuple(out)
+    return run
+
+
+def _load_look(verdict: Verdict, results) -> Verdict | None:
+    """From the cached runs: why the module could not be called, or which layers' biases are off (every row of
+    the result minus X W the same vector, but not b)."""
+    outputs = results.outputs()
+    refused = next((e.args[0] for _, _, e in outputs if isinstance(e, _Refused)), None)
+    if refused is not None:
+        return refused
+    biased = []
+    for (ckpt,), got, _ in outputs:
+        for n, Y in zip(_NAMES, got or ()):
+            off = (Y.detach().to(ckpt["W_Q"].dtype) - _probe(ckpt) @ ckpt[f"W_{n}"]).reshape(-1, Y.shape[-1])
+            if torch.allclose(off, off[:1].expand_as(off), atol=1e-4) and not torch.allclose(off[0], ckpt[f"b_{n}"]):
                 biased.append(n)
-    if ran and untransposed:
-        return named(LOAD_NO_TRANSPOSE)
-    if biased:
-        return named(LOAD_BIAS, which=", ".join(dict.fromkeys(biased)))
-    return None
+    return named(LOAD_BIAS, which=", ".join(dict.fromkeys(biased))) if biased else None
 
 
 @checker(mistakes=[LOAD_NOT_A_MODULE, LOAD_DTYPE, LOAD_SHARED, LOAD_NO_TRANSPOSE, LOAD_BIAS, LOAD_OUTPUT])
 def check_load_projections(fn) -> Verdict:
     """``fn(ckpt)``: a dict of the book's W_Q, W_K, W_V and b_Q, b_K, b_V → a module returning (Q, K, V)."""
-    if not callable(fn):
-        return judge(fn, [], _load_reference)
-    cases, found = _load_cases(), {}
-
-    def load_then_call(ckpt):
-        module = fn(ckpt)
-        if module is None:
-            return None
-        if not isinstance(module, nn.Module):
-            found["not-a-module"] = type(module).__name__
-            raise _Refused()
-        shared = shared_parameters(module, ckpt)
-        if shared:
-            found["shared"] = shared[0].removeprefix("result.")
-            raise _Refused()
-        want = ckpt["W_Q"].dtype
-        have = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.dtype != want})
-        if have:
-            found["dtype"] = (" and ".join(have), str(want).removeprefix("torch."))
-            raise _Refused()
-        with torch.no_grad():
-            out = module(_probe(ckpt))
-        if not (isinstance(out, (tuple, list)) and len(out) == 3):
-            found["output"] = (f"a tuple of {len(out)}" if isinstance(out, (tuple, list))
-                               else f"a {type(out).__name__}")
-        return tuple(out) if isinstance(out, (tuple, list)) else out
-
-    return judge(load_then_call, cases, _load_reference,
+    return judge(_load_then_call(fn) if callable(fn) else fn, _load_cases(), _load_reference, [LOAD_NO_TRANSPOSE],
+                 diagnose=_load_look,
                  success="a new module in the checkpoint's dtype, its own copy of every number, and on any X "
-                         "it returns X W_Q + b_Q, X W_K + b_K and X W_V + b_V.",
-                 diagnose=lambda verdict: _load_diagnose(fn, cases, found, verdict))
+                         "it returns X W_Q + b_Q, X W_K + b_K and X W_V + b_V.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -203,15 +155,18 @@ def _fused_cases() -> list[tuple]:
     return [
         (torch.randn(5, 6, generator=g), torch.randn(6, 3 * 4, generator=g), 4),
         (torch.randn(2, 3, 8, generator=g), torch.randn(8, 3 * 2, generator=g), 2),
-        (torch.randn(2, 2, 4, 5, generator=g), torch.randn(5, 3 * 3, generator=g), 3),   # two batch axes
+        (torch.randn(2, 2, 4, 5, generator=g, dtype=torch.float64),                   # two batch axes, float64
+         torch.randn(5, 3 * 3, generator=g, dtype=torch.float64), 3),
     ]
 
 
 def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), cut="blocks"):
     """(Q, K, V) from X @ W_QKV, with a planted slip; the defaults compute them. ``order`` is the order the
     blocks are returned in; ``cut`` is "blocks" (d_k consecutive columns each), "dealt" (the bug: the last
-    axis viewed as (d_k, 3)), "rows" (the positions cut into three) or "unbind-last" (viewed as (3, d_k),
-    then unbound along the wrong axis)."""
+    axis viewed as (d_k, 3)), "rows" (the positions cut into three), "threes" (split into pieces of 3 columns),
+    "front" (reshaped to (3, ..., T, d_k)), "early" (K and V start one column early), "swap-first" (viewed as
+    (3, d_k), then its axis of 3 swapped with the first axis) or "unbind-last" (viewed as (3, d_k), then unbound
+    along the wrong axis)."""
     QKV = X @ W_QKV
     if cut == "blocks":
         blocks = QKV.split(d_k, dim=-1)
@@ -219,14 +174,19 @@ def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), cut="blocks"):
         blocks = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
     elif cut == "rows":
         blocks = QKV.chunk(3, dim=-2)
+    elif cut == "threes":
+        Q, K, V = QKV.split(3, dim=-1)
+        blocks = Q, K, V
+    elif cut == "front":
+        blocks = QKV.reshape(3, *QKV.shape[:-1], d_k).unbind(0)
+    elif cut == "early":
+        blocks = [QKV[..., max(i * d_k - 1, 0):max(i * d_k - 1, 0) + d_k] for i in range(3)]
+    elif cut == "swap-first":
+        blocks = QKV.view(*QKV.shape[:-1], 3, d_k).transpose(0, -2).unbind(0)
     else:
         Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-1)
         blocks = Q, K, V
     return tuple(blocks[i] for i in order)
-
-
-def _fused_reference(X, W_QKV, d_k):
-    return _planted_split(X, W_QKV, d_k)
 
 
 _FUSED_MISTAKES = variants(_planted_split, [
@@ -246,11 +206,38 @@ _FUSED_MISTAKES = variants(_planted_split, [
      "your Q is what V should be, and your V is Q. In what order do the three blocks of W_QKV's columns "
      "stand?",
      "the blocks came out reversed: the columns of W_QKV are [W_Q | W_K | W_V], read left to right."),
+    ("kv-swapped", {"order": (0, 2, 1)},
+     "your K is what V should be, and your V is K. In what order do the three blocks of W_QKV's columns "
+     "stand, and in what order do you return them?",
+     "K and V came out swapped: the columns of W_QKV are [W_Q | W_K | W_V], and the function returns "
+     "(Q, K, V) in that order."),
+    ("off-by-one", {"cut": "early"},
+     "your Q is right, but your K and V start one column early. Where does each block of d_k columns begin, "
+     "and is the end of a slice included?",
+     "block i holds columns i·d_k up to, not including, (i + 1)·d_k: a slice's end is left out, so the next "
+     "block starts exactly where the previous one's slice ended."),
+    ("batch-axis", {"cut": "swap-first"},
+     "right for a single sequence, wrong with a batch axis: after your view, which axis do you swap with the "
+     "axis of size 3?",
+     "swapping the axis of size 3 with axis 0 puts it in front only when X has no batch axis; with one, the "
+     "batch and position axes trade places. Take the three blocks from the second-last axis, counted from "
+     "the end."),
     ("rows", {"cut": "rows"},
      "each of your Q, K and V holds a third of the positions. Along which axis do the three projections sit "
      "side by side?",
      "you cut along the positions (the T axis). The three projections sit side by side in the last axis, "
      "d_k columns each, and every one of them keeps all T positions."),
+    ("split-count", {"cut": "threes"},
+     "right only when d_k = 3. The number you pass to split: is it how many pieces you want, or how wide each "
+     "one is?",
+     "split's number is the size of each piece, not how many pieces: 3 gives pieces of 3 columns. Q, K and V "
+     "are d_k columns each."),
+    ("reshape-front", {"cut": "front"},
+     "your shapes are right, but which positions and columns does your Q hold? Try your reshaping on a small "
+     "table of numbered entries.",
+     "reshaping (..., T, 3·d_k) to (3, ..., T, d_k) reads the numbers in memory order: the first third of the "
+     "rows, not the first d_k columns of every row, becomes Q. The three blocks sit side by side in the last "
+     "axis: cut that axis."),
     ("unbind-last", {"cut": "unbind-last"},
      "your view has the right sizes, but after it, which axis holds the three blocks and which the d_k "
      "columns of one block?",
@@ -262,7 +249,7 @@ _FUSED_MISTAKES = variants(_planted_split, [
 @checker(mistakes=_FUSED_MISTAKES)
 def check_split_fused(fn) -> Verdict:
     """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
-    return judge(fn, _fused_cases(), _fused_reference, _FUSED_MISTAKES,
+    return judge(fn, _fused_cases(), _planted_split, _FUSED_MISTAKES,
                  success="one product, cut into blocks of d_k consecutive columns, gives Q, K and V.")
 
 
@@ -273,36 +260,43 @@ def check_split_fused(fn) -> Verdict:
 def _cross_cases() -> list[tuple]:
     g = _gen(22)
 
-    def case(shape_x, shape_kv, d_k, d_v):
+    def case(shape_x, shape_kv, d_k, d_v, dtype=torch.float32):
         d_model, d_kv = shape_x[-1], shape_kv[-1]
-        return (torch.randn(*shape_x, generator=g), torch.randn(*shape_kv, generator=g),
-                torch.randn(d_model, d_k, generator=g), torch.randn(d_kv, d_k + d_v, generator=g), d_k)
+        return (torch.randn(*shape_x, generator=g, dtype=dtype), torch.randn(*shape_kv, generator=g, dtype=dtype),
+                torch.randn(d_model, d_k, generator=g, dtype=dtype),
+                torch.randn(d_kv, d_k + d_v, generator=g, dtype=dtype), d_k)
 
     return [
         case((3, 6), (5, 6), 4, 6),             # d_v > d_k: pieces of d_k columns do not fit
         case((2, 4, 8), (2, 7, 5), 3, 2),       # a batch; the other sequence has its own width, 5 ≠ 8
-        case((2, 6, 6), (2, 3, 6), 4, 4),       # T_q > T_k, d_v = d_k
+        case((2, 6, 6), (2, 3, 6), 4, 4, torch.float64),   # T_q > T_k, d_v = d_k, float64
     ]
 
 
-def _planted_cross(X, X_kv, W_Q, W_KV, d_k, *, q_from="X", kv_from="X_kv", cut="sizes", order=(0, 1, 2)):
+def _planted_cross(X, X_kv, W_Q, W_KV, d_k, *, q_from="X", kv_from="X_kv", cut="sizes", order=(0, 1, 2),
+                   q_scaled=False):
     """(Q, K, V) of cross-attention, or a planted slip; the defaults compute them. ``q_from``, ``kv_from``
-    name the sequence each projection reads; ``cut`` is "sizes" (d_k, then the rest), "equal" (pieces of d_k)
-    or "halves"; ``order`` is the order of the results."""
+    name the sequence each projection reads; ``cut`` is "sizes" (d_k, then the rest), "equal" (pieces of d_k),
+    "d_k-twice" (d_k and d_k), "d_k-slices" (the same, sliced), "end" (K the last d_k columns), "v-from-start"
+    (V read from column 0) or "halves"; ``order`` is the order of the results; ``q_scaled`` divides Q by √d_k."""
     seq = {"X": X, "X_kv": X_kv}
-    Q, KV = seq[q_from] @ W_Q, seq[kv_from] @ W_KV
+    Q, KV = seq[q_from] @ W_Q / (d_k ** 0.5 if q_scaled else 1), seq[kv_from] @ W_KV
     if cut == "sizes":
         K, V = KV.split([d_k, KV.shape[-1] - d_k], dim=-1)
     elif cut == "equal":
         K, V = KV.split(d_k, dim=-1)
+    elif cut == "d_k-twice":
+        K, V = KV.split([d_k, d_k], dim=-1)
+    elif cut == "d_k-slices":
+        K, V = KV[..., :d_k], KV[..., d_k:2 * d_k]
+    elif cut == "end":
+        K, V = KV[..., -d_k:], KV[..., :-d_k]
+    elif cut == "v-from-start":
+        K, V = KV[..., :d_k], KV[..., :KV.shape[-1] - d_k]
     else:
         K, V = KV.chunk(2, dim=-1)
     out = (Q, K, V)
     return tuple(out[i] for i in order)
-
-
-def _cross_reference(X, X_kv, W_Q, W_KV, d_k):
-    return _planted_cross(X, X_kv, W_Q, W_KV, d_k)
 
 
 _CROSS_MISTAKES = variants(_planted_cross, [
@@ -319,6 +313,21 @@ _CROSS_MISTAKES = variants(_planted_cross, [
      "are K and V the same width here? What is d_v, and where can you read it?",
      "you cut the product with W_KV into pieces of d_k columns. V is d_v wide and d_v need not be d_k: it "
      "is what is left of W_KV's columns after the first d_k, the columns of W_K."),
+    *[("equal-pieces", {"cut": cut},
+       "are K and V the same width here? What is d_v, and where can you read it?",
+       "you took d_k columns for V as well. V is d_v wide and d_v need not be d_k: it is what is left of "
+       "W_KV's columns after the first d_k, the columns of W_K.") for cut in ("d_k-twice", "d_k-slices")],
+    ("k-from-the-end", {"cut": "end"},
+     "your K is d_k wide, but which columns of the product with W_KV are they? In what order do W_K and W_V "
+     "stand in W_KV?",
+     "W_KV is [W_K | W_V]: K is the FIRST d_k columns of the product, V the rest. You took K from the end."),
+    ("v-from-start", {"cut": "v-from-start"},
+     "your K is right and your V has the right width, but which columns of the product does it start at?",
+     "W_KV is [W_K | W_V]: V is the columns after K's first d_k, not the first d_v columns of the product."),
+    ("q-scaled", {"q_scaled": True},
+     "your Q is off by a constant factor. Does this step divide by √d_k, or does that come later?",
+     "Q is the plain product X W_Q. Dividing by √d_k belongs to the scores, QKᵀ / √d_k, a step after this "
+     "one."),
     ("halves", {"cut": "halves"},
      "you cut the product with W_KV into two equal halves. Is W_K as wide as W_V here?",
      "two equal halves give K its d_k columns only when d_v = d_k. K is the first d_k columns, V the rest."),
@@ -331,7 +340,7 @@ _CROSS_MISTAKES = variants(_planted_cross, [
 @checker(mistakes=_CROSS_MISTAKES)
 def check_cross_qkv(fn) -> Verdict:
     """``fn(X, X_kv, W_Q, W_KV, d_k)`` → Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v)."""
-    return judge(fn, _cross_cases(), _cross_reference, _CROSS_MISTAKES,
+    return judge(fn, _cross_cases(), _planted_cross, _CROSS_MISTAKES,
                  success="Q from X; K and V from X_kv in one product, cut at d_k: T_k rows each, whatever "
                          "the length and the width of X, and d_v read from W_KV.")
 
@@ -367,6 +376,10 @@ def _guesses() -> list[Guess]:
               more="every projection also has a bias, one number per output column, for every head."),
         Guess("full-width-heads", "far too high: how wide is one head's W_Q?", h * 3 * (d * d + d),
               more=f"each head's matrices are d_model × d_head, {d} by {d_head}, not d_model × d_model."),
+        Guess("bias-width", "a little too high: the weights are right. How long is one head's bias?",
+              h * 3 * (d * d_head + d),
+              more=f"each head's bias has one number per output column of that head, d_head = {d_head}, not "
+                   f"d_model = {d}."),
         Guess("with-W_O", "too high: did you count a fourth matrix? Only the query, key and value projections "
               "count here.", 4 * (d * d + d),
               more="that count includes the output projection W_O, which comes after the heads (chapter 6)."),

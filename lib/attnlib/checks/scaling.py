@@ -1,14 +1,9 @@
 """Exercise checkers for the scaling chapter (raw scores S = Q Kᵀ, scaled scores Z = S / √d_k).
 
-``check_scaled_scores(fn)``: ``fn(Q, K)`` with Q (T_q, B, d_k) and K (T_k, B, d_k), the sequence-first layout of
-``nn.MultiheadAttention`` without ``batch_first``, → Z = S / √d_k of shape (B, T_q, T_k), batch first, rows = queries.
-``check_head_scores(fn)``: ``fn(X, W_Q, W_K)`` is the "find the bug" score table built by broadcasting, repaired:
-X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z = (X W_Q)(X W_K)ᵀ / √d_k of shape (..., T, T).
-``check_scaled_variance(v)``: a predicted number, the variance of q·k/√d_k when the components of q and k have
-variance σ² = 4 (d_k = 64); the checker measures it.
-
-Every input is built afresh on each call, so a function that changes its inputs cannot change a later verdict,
-and a function that changes them is told so.
+``check_scaled_scores(fn)``: ``fn(Q, K)``, Q (T_q, B, d_k), K (T_k, B, d_k) sequence first → Z (B, T_q, T_k).
+``check_head_scores(fn)``: ``fn(X, W_Q, W_K)``, X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z (..., T, T), the
+"find the bug" score table fixed.
+``check_unit_length_scores(v)``: a predicted standard deviation of Z for q, k of length 1 (d_k = 64).
 """
 
 from __future__ import annotations
@@ -21,34 +16,23 @@ from ..attention import scale, scores
 from ..projections import project
 from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
 
-__all__ = ["check_scaled_scores", "check_head_scores", "check_scaled_variance"]
+__all__ = ["check_scaled_scores", "check_head_scores", "check_unit_length_scores"]
 
 
-def _kt(K):
-    return K.transpose(-2, -1)
+def _scaled(S, scale: str, **width: int):
+    """S scaled as ``scale`` says: "/ √n", "/ n" or "× √n" for a width n of ``width``, or "none"."""
+    if scale == "none":
+        return S
+    op, n = scale.split()
+    factor = width[n.lstrip("√")] ** (0.5 if n.startswith("√") else 1)
+    return S * factor if op == "×" else S / factor
 
 
-def _scaled(S, scale: str, d_k: int, d_model: int | None = None):
-    """S scaled as ``scale`` says: "/ √d_k" (right), "/ d_k", "× √d_k", "/ √d_model" or "none"."""
-    if scale == "/ √d_k":
-        return S / math.sqrt(d_k)
-    if scale == "/ d_k":
-        return S / d_k
-    if scale == "× √d_k":
-        return S * math.sqrt(d_k)
-    if scale == "/ √d_model":
-        return S / math.sqrt(d_model)
-    return S
-
-
-# ------------------------------------------------------------------------------------------------
-# Z = S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k).
+# --- Z = S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k) ---------
 
 def _scores_cases() -> list[tuple]:
     g = _gen(30)
-    # 1. T_q = T_k = B = d_k: every slip of the layout runs silently and has the right shape.
-    # 2. T_q ≠ T_k, B and d_k different again: the same slips give other shapes or fail.
-    # 3. float64 inputs, whose scores must stay float64.
+    # T_q = T_k = B = d_k, where every slip of the layout runs silently; then all sizes different; then float64
     return [
         (torch.randn(4, 4, 4, generator=g), torch.randn(4, 4, 4, generator=g)),
         (torch.randn(3, 2, 6, generator=g), torch.randn(5, 2, 6, generator=g)),
@@ -63,19 +47,24 @@ def _scores_reference(Q, K):
 
 
 def _planted_scores(Q, K, *, table: str = "right", scale: str = "/ √d_k"):
-    """The scaled scores with a planted slip; the defaults compute them. ``table`` is "right", "batch"
-    (the product taken on the sequence-first tensors: sequences against sequences), "sequence-first" (right
-    numbers, left in the inputs' axis order), "keys on rows" or "no transpose" (K not transposed)."""
+    """The scaled scores with a planted slip; the defaults compute them (``scale`` as in :func:`_scaled`)."""
     Qb, Kb = Q.transpose(0, 1), K.transpose(0, 1)
-    S = {"right": lambda: Qb @ _kt(Kb),
-         "batch": lambda: Q @ _kt(K),                            # (T_q, B, B)
-         "sequence-first": lambda: (Qb @ _kt(Kb)).transpose(0, 1),  # (T_q, B, T_k)
-         "keys on rows": lambda: Kb @ _kt(Qb),                   # (B, T_k, T_q)
-         "no transpose": lambda: Qb @ Kb}[table]()
-    return _scaled(S, scale, Q.shape[-1])
+    S = {"right": lambda: Qb @ Kb.mT,
+         "batch": lambda: Q @ K.mT,                            # (T_q, B, B)
+         "sequence-first": lambda: (Qb @ Kb.mT).transpose(0, 1),  # (T_q, B, T_k)
+         "keys on rows": lambda: Kb @ Qb.mT,                   # (B, T_k, T_q)
+         "no transpose": lambda: Qb @ Kb,
+         "reshape": lambda: Q.reshape(Qb.shape) @ K.reshape(Kb.shape).mT}[table]()
+    return _scaled(S, scale, d_k=Q.shape[-1], B=Q.shape[1], T_q=Q.shape[0], T_k=K.shape[0])
 
 
 _SCORES_MISTAKES = variants(_planted_scores, [
+    ("reshape", {"table": "reshape"},
+     "does row i of one sequence's table hold the scores of that sequence's query i? Look at how your batch "
+     "axis was brought to the front.",
+     "you reshaped (T_q, B, d_k) into (B, T_q, d_k). A reshape keeps the order of the numbers in memory and "
+     "only regroups them, so each new \"sequence\" mixes queries of several sequences. Moving an axis "
+     "means swapping axes, not regrouping the numbers."),
     ("batch-table", {"table": "batch"},
      "does an entry of your table compare a query position with a key position? Look at which two axes "
      "the product of the last two axes pairs up when the sequence axis comes first.",
@@ -105,6 +94,11 @@ _SCORES_MISTAKES = variants(_planted_scores, [
     ("multiply-by-sqrt", {"scale": "× √d_k"},
      "the table's layout is right, but its entries are much too large: does your scaling shrink the scores?",
      "you multiplied by √d_k; the scores must be divided by it."),
+    *[(f"sqrt-{n}", {"scale": f"/ √{n}"},
+       "the table's layout is right, but not its scale: the length of which axis of Q do you divide by?",
+       f"you divided by the square root of {n}, the length of another axis. The score is a dot product over "
+       "the d_k components of q and k, the last axis of Q, and it is divided by √d_k.")
+      for n in ("B", "T_q", "T_k")],
 ])
 
 
@@ -116,9 +110,9 @@ def check_scaled_scores(fn) -> Verdict:
                          "are divided by √d_k (square inputs, T_q ≠ T_k, and float64).")
 
 
-# ------------------------------------------------------------------------------------------------
-# Find the bug: Z = (X W_Q)(X W_K)ᵀ / √d_k built by broadcasting. The code as given pairs keys with queries the
-# wrong way round (its rows are keys) and divides by √d_model, the width of X, where d_k ≠ d_model.
+# --- find the bug: Z = (X W_Q)(X W_K)ᵀ / √d_k built by broadcasting ---------------------------------------------------
+# The code as given pairs keys with queries the wrong way round (its rows are keys) and divides by √d_model, the width
+# of X, where d_k ≠ d_model.
 
 def _head_cases() -> list[tuple]:
     g = _gen(31)
@@ -137,11 +131,11 @@ def _head_reference(X, W_Q, W_K):
 
 
 def _planted_head(X, W_Q, W_K, *, scale: str = "/ √d_k", rows: str = "queries", same_weights: bool = False):
-    """(X W_Q)(X W_K)ᵀ / √d_k with a planted slip; the defaults compute it. ``rows`` "keys" transposes the table;
-    ``same_weights`` uses W_Q for K."""
+    """(X W_Q)(X W_K)ᵀ / √d_k with a planted slip; the defaults compute it."""
     Q, K = X @ W_Q, X @ (W_Q if same_weights else W_K)
-    S = Q @ _kt(K) if rows == "queries" else K @ _kt(Q)
-    return _scaled(S, scale, W_Q.shape[-1], X.shape[-1])
+    S = Q @ K.mT if rows == "queries" else K @ Q.mT
+    S = S.transpose(0, 1) if rows == "first-two" else S
+    return _scaled(S, scale, d_k=W_Q.shape[-1], d_model=X.shape[-1], T=X.shape[-2])
 
 
 def buggy_head_scores(X, W_Q, W_K):
@@ -179,6 +173,20 @@ _HEAD_MISTAKES = [
         ("no-scale", {"scale": "none"},
          "rows and columns are right now, but the scores are too large: which step of S / √d_k is missing?",
          "the table is right but not scaled: divide by the square root of d_k, the width of q and k."),
+        ("multiply-by-sqrt", {"scale": "× √d_k"},
+         "rows and columns are right now, but the scores are much too large: does your scaling shrink them?",
+         "you multiplied by √d_k; the scores must be divided by it."),
+        ("sqrt-T", {"scale": "/ √T"},
+         "rows and columns are right now. Which axis of X or Q counts the components of a dot product, and "
+         "is its length the number whose square root you divide by?",
+         "you divide by the square root of T, the number of positions (X.shape[-2]). Each score is a dot "
+         "product of two vectors of width d_k, and it is divided by √d_k."),
+        ("first-two-axes", {"rows": "first-two"},
+         "right for one sequence, but a batch comes back with its axes in another order: which two axes of "
+         "the table does your transpose swap?",
+         "you swap the first two axes of the table. For one sequence those are its rows and columns, but with "
+         "a batch axis in front they are the batch and the rows; swap the last two axes, whatever comes "
+         "before them."),
         ("same-weights", {"same_weights": True},
          "where do your keys come from? Compare them with the queries.",
          "you used W_Q for the keys as well. Queries and keys have separate weights."),
@@ -194,72 +202,64 @@ def check_head_scores(fn) -> Verdict:
                          "and k (not √d_model).")
 
 
-# ------------------------------------------------------------------------------------------------
-# Predict: the variance of q·k / √d_k when the components of q and k have variance σ² = 4.
+# --- predict: the spread of Z = S / √d_k when every query and key has length 1 ----------------------------------------
+# A component of a random direction of length 1 has variance 1/d_k, so q·k has variance d_k · (1/d_k)² = 1/d_k, and Z
+# has standard deviation 1/d_k.
 
-_VARIANCE = {"sigma2": 4.0, "d_k": 64, "n_pairs": 20_000}
+_UNIT = {"B": 4, "T": 32, "d_model": 128, "d_k": 64}   # B tables of T queries against T keys
 
 
-def _measured_scaled_variance(sigma2: float, d_k: int, n_pairs: int) -> float:
-    """Draw n_pairs (q, k) with independent N(0, σ²) components from a local generator; var of q·k/√d_k."""
+def _measured_unit_length_std(B: int, T: int, d_model: int, d_k: int) -> float:
+    """The standard deviation of Z over B tables of T × T scores of random unit-length q and k (float64)."""
     g = _gen(33)
-    std = math.sqrt(sigma2)
-    # the sums run in float64, so the printed number does not depend on the order of the additions
-    q = std * torch.randn(n_pairs, d_k, generator=g).double()
-    k = std * torch.randn(n_pairs, d_k, generator=g).double()
-    return scale((q * k).sum(-1), d_k).var().item()
+    Q, K = (torch.randn(B, T, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+    Q, K = Q / Q.norm(dim=-1, keepdim=True), K / K.norm(dim=-1, keepdim=True)
+    return scale(scores(Q, K), d_k).std().item()
 
 
-_S2, _D_K = _VARIANCE["sigma2"], _VARIANCE["d_k"]
+_B, _T, _DM, _DK = _UNIT.values()
+_RAW = 1 / math.sqrt(_DK)         # the spread of q·k before the division
 # Each hint says which side the guess is on and which part of the count is off, never how to count it.
 _GUESSES = [
-    Guess("scaling-fixes-it",
-          "too low: that is the answer for components of variance 1. Where does the size of the components "
-          "enter your count?", 1.0,
-          more="too low: the division by √d_k makes up for the number of terms only. The size of each term, "
-               "which here comes from two factors of variance 4, is still in the result."),
-    Guess("std-not-variance",
-          "too low: 2 is how far one component typically strays, a standard deviation; the question asks for "
-          "a variance.", 2.0,
-          more="too low: 2 is the standard deviation of one component. A variance is the square of a "
-               "standard deviation, and the count must go on from one component to the whole score."),
-    Guess("one-factor",
-          "too low: your number is the variance of one of the two factors of a term q_m·k_m. What does the "
-          "second factor add?", _S2,
-          more="too low by a factor of 4: each term multiplies a component of q by a component of k, both of "
-               "variance 4, and your count uses only one of them."),
-    Guess("added",
-          "too low: the part for one term q_m·k_m is off. Do the variances of its two factors combine as in "
-          "a sum?", 2 * _S2,
-          more="too low by a factor of 2: you added the two factors' variances. A term is a product of two "
-               "independent factors, not a sum, and for a product they combine differently."),
-    Guess("one-factor-divided-by-sqrt",
-          "too high, and two parts are off: the variance of one term, and what the scaling does to the "
-          "variance.", _S2 * math.sqrt(_D_K),
-          more="two parts are off: the variance of one term counts only one factor (a factor 4 too small), "
-               "and the scaling's effect on the variance is a factor 8 too weak."),
-    Guess("divided-by-sqrt",
-          "too high: the part for one term is right; what the scaling does to the variance is off. By how "
-          "much does dividing every score by 8 shrink their variance?", _S2 * _S2 * math.sqrt(_D_K),
-          more="too high by a factor of 8: a score divided by √d_k = 8 has its variance divided by 8 times 8, "
-               "not by 8."),
-    Guess("one-factor-unscaled",
-          "too high: two parts are off, the variance of one term and the scaling, which your number leaves "
-          "out.", _S2 * _D_K,
-          more="two parts are off: one term's variance counts one factor instead of both (a factor 4 too "
-               "small), and the division by √d_k is missing (a factor 64 too large)."),
-    Guess("unscaled",
-          "too high: the part for one term is right, but your number is the variance before the scaling.",
-          _S2 * _S2 * _D_K,
-          more="too high by a factor of 64 = d_k: dividing every score by √d_k changes its variance too, by "
-               "the square of that factor."),
+    Guess("scaling-fixes-it", "too high: 1 is what the division gives for components of variance 1. What variance "
+          "does one component of a vector of length 1 have?", 1.0,
+          more="too high: the division makes up for the number of terms only. Here the length 1 is shared by "
+               "all d_k components, so each one is much smaller than 1."),
+    Guess("unscaled", "too high: that is the spread of q·k before the division by √d_k.", _RAW,
+          more="too high by a factor of √d_k = 8: your q·k is right, but Z is q·k divided by √d_k."),
+    Guess("variance", "too low: your number is a variance, and the question asks for a standard deviation.",
+          _RAW ** 2 / _DK, more="too low: that is the variance of Z; its standard deviation is its square root."),
+    Guess("divided-by-d_k", "too low by a factor of √d_k = 8: one step of your count shrinks the spread by √d_k "
+          "once too often. Which one?", _RAW / _DK,
+          more="too low by a factor of 8: either you divided the standard deviation by d_k (it shrinks by √d_k), "
+               "or you left out how the spread grows from one term q_r·k_r to the sum of d_k terms."),
+    Guess("variance-divided-by-sqrt", "too high: the spread of q·k is right; what the division does to a variance "
+          "is off. By how much does dividing every score by 8 shrink their variance?", _RAW / _DK ** 0.25,
+          more="too high by a factor of √8: dividing every score by √d_k divides their variance by d_k."),
+    Guess("width-d_model", "too low: which width do q and k have, d_model or d_k?", 1 / _DM,
+          more="too low: you counted with d_model = 128, the width of X; q and k have d_k = 64 components."),
+    Guess("sqrt-d_model", "too low: the spread of q·k is right. Which width's square root divides the scores?",
+          _RAW / math.sqrt(_DM), more="too low: you divided by √d_model; the scores are divided by √d_k."),
+    Guess("sqrt-T", "too high: by what is every score divided? The number of keys T is not in a dot product.",
+          _RAW / math.sqrt(_T), more="too high: you divided by √T. T only counts the scores of a row; each one "
+                                     "is a dot product of width d_k, divided by √d_k."),
+    Guess("unit-variance", "too high: that is the spread of q·k for components of variance 1, before any "
+          "division. How large is one component of a vector of length 1?", math.sqrt(_DK),
+          more="too high: √d_k is the spread of q·k for components of variance 1, and without the division. "
+               "Here q and k have length 1, so their d_k components share that length."),
+    Guess("orthogonal", "too low: random directions in many dimensions are nearly orthogonal, but not exactly. "
+          "How far from 0 does q·k stray?", 0.0,
+          more="too low: q·k of two random directions is close to 0 but not 0; it is a sum of d_k small "
+               "products, and a sum of d_k random terms spreads."),
+    Guess("sqrt-B", "too high: by what is every score divided? The number of sequences B is not in a dot product.",
+          _RAW / math.sqrt(_B), more="too high: you divided by √B. B only counts the tables; each score is a dot "
+                                     "product of width d_k, divided by √d_k."),
 ]
 
 
 @checker(kind="predict", mistakes=_GUESSES)
-def check_scaled_variance(value) -> Verdict:
-    """A predicted variance of the scaled score q·k/√d_k, for components of variance σ² = 4 and d_k = 64."""
-    return judge_number(value, _measured_scaled_variance(**_VARIANCE), _GUESSES, rtol=0.1,
-                        success=f"each term q_m·k_m has variance σ⁴ = {_S2 * _S2:g}; the sum of d_k terms has "
-                                f"d_k·σ⁴, and dividing by √d_k leaves σ⁴.")
-
+def check_unit_length_scores(value) -> Verdict:
+    """A predicted standard deviation of Z = q·k/√d_k for q and k of length 1 (d_k = 64)."""
+    return judge_number(value, _measured_unit_length_std(**_UNIT), _GUESSES, rtol=0.1,
+                        success=f"each component has variance 1/d_k, q·k has variance 1/d_k, and the division "
+                                f"leaves Z a standard deviation of 1/d_k = {1 / _DK:g}.")

@@ -1,36 +1,37 @@
 """Exercise checkers for the softmax chapter (chapter 5).
 
-``check_log_softmax(fn)``: ``fn(z)`` must return log softmax(z) along the last axis of z (..., n), finite
-wherever log p is (scores near 1000, and a weight too small for the dtype whose logarithm is an ordinary
-number), in the dtype of z (float16, float32, float64).
-``check_attention_output(fn)``: ``fn(Q, K, V)`` is one causal head in the *sequence-first* layout: Q, K
-(T, B, d_k) and V (T, B, d_v) → softmax(Q Kᵀ / √d_k + M) V as (T, B, d_v), in the dtype of the inputs.
-``check_softmax_jacobian(fn)``: ``fn(z)`` must return the Jacobian ∂p/∂z of p = softmax(z), z (..., n) →
-(..., n, n), as autograd computes it, in the dtype of z.
-``check_fixed_head(fn)``: ``fn(Q, K, V)`` is the einsum head of the "find the bug" exercise, repaired: it must
-return softmax(Q Kᵀ / √d_k + M) V for Q, K (B, T, d_k) and V (B, T, d_v).
-
-Every mistake has two hint levels: ``check_…(fn)`` says where to look, ``check_…(fn, hint=2)`` says what the
-mistake is. A result in another dtype than the inputs' is named too (``"dtype"``), and so is an answer that is
-right in float32 but stops with an error in float16 or float64 (``"mixed-dtypes"``); an input changed in place
-is named by the core.
+``check_log_softmax(fn)``: ``fn(z)``, z (..., n) → log softmax(z) along the last axis, finite, in the dtype of z.
+``check_temperature(value)``: a predicted τ at which softmax([5.2, 0.3, 2.1] / τ) gives ' cat' twice the weight of
+' chase'.
+``check_top_k_attention(fn)``: ``fn(Z, V, k)``, Z (..., T_q, T_k), V (..., T_k, d_v) → (..., T_q, d_v), each query
+reading its k best keys, softmax over those alone.
+``check_fixed_head(fn)``: ``fn(Q, K, V)``, Q, K (B, T, d_k), V (B, T, d_v) → softmax(Q Kᵀ / √d_k + M) V, the einsum
+head of the "find the bug" exercise, repaired.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 
 from ..attention import attention, causal_mask, softmax
-from ._core import Group, Mistake, Verdict, _close, _gen, checker, judge, named, variants
+from ._core import (
+    Group,
+    Guess,
+    Mistake,
+    Verdict,
+    _close,
+    _dtype_name,
+    _gen,
+    checker,
+    judge,
+    judge_number,
+    named,
+    variants,
+)
 
-__all__ = ["check_log_softmax", "check_attention_output", "check_softmax_jacobian", "check_fixed_head"]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+__all__ = ["check_log_softmax", "check_temperature", "check_top_k_attention", "check_fixed_head"]
 
 
 MIXED_DTYPES = Mistake(
@@ -43,25 +44,14 @@ MIXED_DTYPES = Mistake(
          "the device) of the inputs.")
 
 
-def _dtype_diagnosis(fn, groups: list[Group], reference, mistake: Mistake):
-    """A ``diagnose`` for :func:`judge`, for answers that are right in float32 and not in another dtype.
-
-    A verdict on the dtype alone becomes ``mistake``, whose texts name the dtype of the inputs (``{want}``)
-    and the dtype that came back (``{got}``). An error on inputs of another dtype than float32 becomes
-    :data:`MIXED_DTYPES`, but only when the same inputs cast to float32 give the right values.
-    """
+def _mixed_dtypes(fn, reference):
+    """A ``diagnose``: an error on float16 or float64 inputs whose float32 copies are right."""
     def diagnose(verdict: Verdict, results) -> Verdict | None:
-        if verdict.mistake not in ("dtype", "error"):
-            return None
-        for case, got, error in results.outputs():
+        for case, _, error in results.outputs() if verdict.mistake == "error" else ():
             want = case[0].dtype
-            if verdict.mistake == "dtype":
-                if isinstance(got, torch.Tensor) and got.dtype != want:
-                    return named(mistake, got=_dtype_name(got.dtype), want=_dtype_name(want))
-                continue
             if want == torch.float32 or error is None:
                 continue
-            as_float32 = tuple(x.float() for x in case)
+            as_float32 = tuple(x.float() if isinstance(x, torch.Tensor) else x for x in case)
             if _close(fn(*as_float32), reference(*as_float32), 1e-4):
                 return named(MIXED_DTYPES, f" (your function raised {type(error).__name__}: {error})",
                              want=_dtype_name(want))
@@ -70,8 +60,7 @@ def _dtype_diagnosis(fn, groups: list[Group], reference, mistake: Mistake):
     return diagnose
 
 
-# ------------------------------------------------------------------------------------------------
-# Build: a stable log-softmax.
+# --- build: a stable log-softmax --------------------------------------------------------------------------------------
 
 def _log_softmax_groups() -> list[Group]:
     g = _gen(505)
@@ -95,31 +84,17 @@ def _log_softmax_reference(z: torch.Tensor) -> torch.Tensor:
 
 def _planted_log_softmax(z: torch.Tensor, *, shift: str = "row max", dim: int = -1, form: str = "log domain",
                          add_back: bool = True) -> torch.Tensor:
-    """log softmax(z) with a planted slip; the defaults compute it. ``shift`` is what is subtracted before
-    exp(): "row max", "row max, axis dropped" (the reduced axis not kept), "row min", "global max" or
-    "nothing". ``form``: "log domain" (shifted scores minus the
-    log of their exp-sum), "log of weights" (the log of the softmax), "weights" (the softmax itself) or
-    "shifted" (the shifted scores alone). ``add_back`` = False drops the maximum taken out of the log-sum-exp."""
-    if shift == "row max, axis dropped":
-        m = z.amax(dim=dim)                   # (..., n) − (...,): the shapes do not line up
-    elif shift == "row max":
-        m = z.amax(dim=dim, keepdim=True)
-    elif shift == "row min":
-        m = z.amin(dim=dim, keepdim=True)
-    elif shift == "global max":
-        m = z.max()
-    else:
-        m = torch.zeros((), dtype=z.dtype)
+    """log softmax(z) with a planted slip; the defaults compute it. ``add_back`` False drops the maximum
+    taken out of the log-sum-exp."""
+    m = {"row max": lambda: z.amax(dim=dim, keepdim=True),
+         "row max, axis dropped": lambda: z.amax(dim=dim),     # (...,) does not line up with (..., n)
+         "row min": lambda: z.amin(dim=dim, keepdim=True),
+         "global max": z.max, "nothing": lambda: torch.zeros((), dtype=z.dtype)}[shift]()
     zs = z - m
     e = zs.exp()
     s = e.sum(dim=dim, keepdim=True)
-    if form == "weights":
-        return e / s
-    if form == "log of weights":
-        return (e / s).log()
-    if form == "shifted":
-        return zs
-    return zs - s.log() + (0 if add_back else m)
+    return {"weights": e / s, "log of weights": (e / s).log(), "shifted": zs, "divided": zs / s.log(),
+            "log domain": zs - s.log() + (0 if add_back else m)}[form]
 
 
 _OVERFLOW_1 = ("on the row [1000, 999, 998, 997] your answer is not finite. Which number in your computation "
@@ -180,274 +155,240 @@ _LOG_SOFTMAX_MISTAKES = variants(_planted_log_softmax, [
      "What is missing to make it a log-probability?",
      "you returned the shifted scores only. A log-probability also subtracts the logarithm of the row's "
      "sum of exponentials (of the shifted scores)."),
+    ("divided", {"form": "divided"},
+     "exp of your answer does not sum to 1 along a row. log(a / b) turns the division into what?",
+     "you divided the shifted scores by the logarithm of their exponential sum. The logarithm of a quotient "
+     "is a difference: log p = (z − m) − log Σ_j e^{z_j − m}."),
 ])
 
-_LOG_SOFTMAX_DTYPE = Mistake(
-    "dtype",
-    "your values are right, but for {want} scores your answer comes back as {got}. Where does another "
-    "dtype enter your computation: a tensor you create, a cast, a constant?",
-    more="for {want} scores your answer is {got}. A cast of the scores (to float32, say, for accuracy) "
-         "must be undone before returning, and a tensor created without a dtype is float32: mixed with "
-         "float16 it turns the result into float32. The caller gets back the dtype it gave.")
-
-
-@checker(mistakes=[*_LOG_SOFTMAX_MISTAKES, _LOG_SOFTMAX_DTYPE, MIXED_DTYPES])
+@checker(mistakes=[*_LOG_SOFTMAX_MISTAKES, MIXED_DTYPES])
 def check_log_softmax(fn) -> Verdict:
     """Check ``fn(z)``: log softmax(z) along the last axis of z (..., n), finite, in the dtype of z."""
-    groups = _log_softmax_groups()
-    return judge(fn, groups, _log_softmax_reference, _LOG_SOFTMAX_MISTAKES,
-                 diagnose=_dtype_diagnosis(fn, groups, _log_softmax_reference, _LOG_SOFTMAX_DTYPE),
+    return judge(fn, _log_softmax_groups(), _log_softmax_reference, _LOG_SOFTMAX_MISTAKES,
+                 diagnose=_mixed_dtypes(fn, _log_softmax_reference),
                  success="log softmax along the last axis, finite on [1000, 999, 998, 997] and on a score "
                          "200 below its row's top, in float16, float32 and float64.")
 
 
-# ------------------------------------------------------------------------------------------------
-# Build: one causal head in the sequence-first layout (T, B, d).
+# --- predict: the temperature at which ' cat' gets twice the weight of ' chase' ---------------------------------------
 
-def _seq_first_groups() -> list[Group]:
-    g = _gen(5)
-
-    def qkv(T: int, B: int, d_k: int, d_v: int, dtype=torch.float32) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.randn(T, B, d, generator=g).to(dtype) for d in (d_k, d_k, d_v))
-
-    # First T = B = d_k = d_v, where the batch taken for the positions, an output left batch-first, the
-    # weights times K and a scale by √T all have the right shape; then T ≠ B ≠ d_k ≠ d_v, float64 and float16.
-    return [Group([qkv(4, 4, 4, 4), qkv(5, 2, 4, 3), qkv(7, 3, 8, 2)], 1e-5),
-            Group([qkv(6, 2, 5, 3, torch.float64)], 1e-10),
-            Group([qkv(5, 3, 4, 4, torch.float16)], 1e-2)]
+_WORKED = (5.2, 0.3, 2.1)            # the scaled scores of ' chase' on ' cat', ' the' and itself
+_GAP = _WORKED[0] - _WORKED[2]       # 3.1: the gap that sets the ratio of the two weights
 
 
-def _seq_first_reference(Q, K, V) -> torch.Tensor:
-    Qb, Kb, Vb = (x.transpose(0, 1).double() for x in (Q, K, V))
-    return attention(Qb, Kb, Vb).transpose(0, 1).to(Q.dtype)
+def _measured_temperature(ratio: float = 2.0) -> float:
+    """The τ at which softmax(z / τ) gives ' cat' ``ratio`` times the weight of ' chase', found by bisection."""
+    z = torch.tensor(_WORKED, dtype=torch.float64)
+    low, high = 0.01, 100.0           # the ratio falls from e^310 to about 1 as τ grows
+    for _ in range(80):
+        tau = (low + high) / 2
+        p = torch.softmax(z / tau, dim=-1)
+        low, high = (tau, high) if p[0] / p[2] > ratio else (low, tau)
+    return (low + high) / 2
 
 
-def _planted_seq_first(Q, K, V, *, positions: int = 0, restore: bool = True, divisor: str = "√d_k",
-                       mask: str = "add", dim: int = -1, mixed: str = "V") -> torch.Tensor:
-    """The head in the (T, B, d) layout with a planted slip; the defaults compute it. ``positions`` is the axis
-    taken for the positions (1: the batch axis, so the B sequences of one position attend to each other);
-    ``restore`` = False returns the output batch-first; ``divisor`` is "√d_k", "√T" or "1"; ``mask`` is "add"
-    (before softmax), "after" (future weights zeroed after softmax) or "none"; ``mixed`` is "V" or "K"."""
-    if positions == 0:
-        Q, K, V = (x.transpose(0, 1) for x in (Q, K, V))             # (B, T, d)
-    T, d_k = Q.shape[-2], Q.shape[-1]
-    Z = Q @ K.transpose(-2, -1) / {"√d_k": math.sqrt(d_k), "√T": math.sqrt(T), "1": 1.0}[divisor]
-    if mask == "add":
-        P = softmax(Z + causal_mask(T, dtype=Z.dtype), dim=dim)
-    elif mask == "after":
-        P = softmax(Z, dim=dim) * torch.ones(T, T, dtype=torch.bool).tril()
-    else:
-        P = softmax(Z, dim=dim)
-    out = P @ (K if mixed == "K" else V)
-    return out.transpose(0, 1) if positions == 0 and restore else out
+_TABLE_2 = "at τ = 2 the table above still gives ' cat' about 4.7 times the weight of ' chase'"
 
-
-_SEQ_FIRST_MISTAKES = variants(_planted_seq_first, [
-    ("batch-as-positions", {"positions": 1},
-     "your output has the right shape, but its numbers mix the sequences of the batch: does sequence 0's "
-     "output change when you change only sequence 1? In this layout, which axis counts the positions?",
-     "your score table compares the B sequences at one position with each other: you treated axis 0 as the "
-     "batch and axis 1 as the positions. Here axis 0 holds the positions and axis 1 the batch. Bring the "
-     "batch to the front (or contract over d only), build one T × T table per sequence, and put the axes "
-     "back at the end."),
-    ("not-restored", {"restore": False},
-     "your numbers are right but arrive in the layout (B, T, d_v). In which layout did the caller hand "
-     "you Q, K and V, and in which one does it expect the output?",
-     "you returned the output batch-first. The caller works positions-first: swap the batch and position "
-     "axes back before returning, so the result is (T, B, d_v)."),
-    ("times-K", {"mixed": "K"},
-     "which tensor carries the information that is mixed, and which one only takes part in the match? "
-     "When d_k = d_v nothing fails, the numbers are simply wrong.",
-     "you multiplied the weights by K. K only computes the match (the scores); the information mixed into "
-     "each output is V."),
-    ("no-scale", {"divisor": "1"},
-     "your weights are more peaked than they should be. Which step between the scores and softmax is "
-     "missing?",
-     "you did not scale the scores: divide them by the square root of d_k, the width of a query, before "
-     "the mask and softmax."),
-    ("scale-by-T", {"divisor": "√T"},
-     "your scale agrees with the right one only when T = d_k. Which width does the scale come from?",
-     "you divided the scores by √T (the number of positions). The scale is √d_k, the width of a query and "
-     "a key vector, the last axis of Q."),
-    ("no-mask", {"mask": "none"},
-     "does output i read only the values of positions 0…i? Change the value of the last position and "
-     "look at output 0.",
-     "you left out the causal mask: every position reads its future. Add M (0 on and below the diagonal, "
-     "−inf above it) to the scaled scores before softmax."),
-    ("after-softmax", {"mask": "after"},
-     "do your weights still sum to 1 along each row? Where in the computation does the mask act?",
-     "you zeroed the future weights after softmax, so each row sums to less than 1. The mask is added to "
-     "the scores before softmax."),
-    ("wrong-axis", {"dim": -2},
-     "do the weights of one query (one row of the score table) sum to 1?",
-     "your softmax ran over the query axis. Each query's row of weights, over its keys (the last axis of "
-     "the score table), must sum to 1."),
-])
-
-_SEQ_FIRST_DTYPE = Mistake(
-    "dtype",
-    "your values are right, but for {want} inputs your output is {got}. Which tensor in your computation "
-    "is created in another dtype, and what happens when it meets the scores?",
-    more="for {want} inputs your output is {got}. A tensor created without a dtype (a mask of 0 and −inf, "
-         "say) is float32, and float16 with float32 gives float32, so everything after it runs in float32. "
-         "Create such a tensor in the dtype (and on the device) of the scores.")
-
-
-_BATCH_AS_POSITIONS = _SEQ_FIRST_MISTAKES[0]
-
-
-def _seq_first_diagnosis(fn, groups: list[Group]):
-    """The dtype diagnosis, and one more: the batch axis taken for the positions with the mask built T × T.
-
-    Such an answer equals the planted "batch-as-positions" where T = B and raises (a T × T mask meets a B × B
-    table) where T ≠ B, so the table, which needs a match on every case, cannot name it.
-    """
-    dtype = _dtype_diagnosis(fn, groups, _seq_first_reference, _SEQ_FIRST_DTYPE)
-
-    def diagnose(verdict: Verdict, results) -> Verdict | None:
-        found = dtype(verdict, results)
-        if found is not None or verdict.mistake not in ("values", "error"):
-            return found
-        square = False
-        tolerance = {id(case): g.atol for g in groups for case in g.cases}
-        for case, got, error in results.outputs():
-            is_square = case[0].shape[0] == case[0].shape[1]
-            if error is not None:   # where T ≠ B this answer raises
-                if is_square:
-                    return None
-                continue
-            if not _close(got, _BATCH_AS_POSITIONS.wrong(*copy.deepcopy(case)), tolerance[id(case)]):
-                return None
-            square = square or is_square
-        return named(_BATCH_AS_POSITIONS) if square else None
-    return diagnose
-
-
-@checker(mistakes=[*_SEQ_FIRST_MISTAKES, _SEQ_FIRST_DTYPE, MIXED_DTYPES])
-def check_attention_output(fn) -> Verdict:
-    """Check ``fn(Q, K, V)``: Q, K (T, B, d_k), V (T, B, d_v) → softmax(Q Kᵀ/√d_k + M) V as (T, B, d_v)."""
-    groups = _seq_first_groups()
-    return judge(fn, groups, _seq_first_reference, _SEQ_FIRST_MISTAKES,
-                 diagnose=_seq_first_diagnosis(fn, groups),
-                 success="one causal head in the (T, B, d) layout, for T = B = d_k = d_v = 4, for T ≠ B with "
-                         "d_k ≠ d_v, and in float16, float32 and float64.")
-
-
-# ------------------------------------------------------------------------------------------------
-# Extend: the Jacobian of softmax, checked against autograd.
-
-def _jacobian_groups() -> list[Group]:
-    g = _gen(506)
-    f32 = [
-        (torch.randn(5, generator=g) * 2,),                             # one row, odd n
-        # a batch: an ordinary row, a saturated one (one score far above the rest: J ≈ 0) and one whose
-        # exp() overflows unless the maximum is subtracted
-        (torch.stack([torch.randn(4, generator=g), torch.tensor([12.0, 0.0, -1.0, 1.0]),
-                      torch.tensor([1000.0, 999.0, 998.0, 997.0])]),),
-    ]
-    # float64, two batch axes, and a row that overflows float64's exp() unless the maximum is subtracted
-    z64 = torch.randn(2, 2, 3, generator=g, dtype=torch.float64)
-    z64[1, 0] = torch.tensor([800.0, 799.0, 0.0], dtype=torch.float64)
-    return [Group(f32, 1e-5), Group([(z64,)], 1e-10)]
-
-
-def _jacobian_reference(z: torch.Tensor) -> torch.Tensor:
-    """Autograd, one row at a time, in float64, returned in the dtype of z: (..., n) → (..., n, n)."""
-    rows = z.detach().double().reshape(-1, z.shape[-1])
-    J = [torch.autograd.functional.jacobian(lambda r: torch.softmax(r, dim=-1), r) for r in rows]
-    return torch.stack(J).reshape(*z.shape, z.shape[-1]).to(z.dtype)
-
-
-def _outer(p: torch.Tensor) -> torch.Tensor:
-    return p[..., :, None] * p[..., None, :]
-
-
-def _naive(z: torch.Tensor) -> torch.Tensor:
-    return z.exp() / z.exp().sum(dim=-1, keepdim=True)
-
-
-def _unbatched(z: torch.Tensor) -> torch.Tensor:
-    p = softmax(z)
-    return torch.diag(p) - torch.outer(p, p)       # fails for a batch (z of 2 axes or more)
-
-
-def _unbatched_broadcast(z: torch.Tensor) -> torch.Tensor:
-    p = softmax(z)
-    return torch.diag(p) - p[:, None] * p[None, :]  # fails for a batch too, with another message
-
-
-def _planted_jacobian(z: torch.Tensor, *, stable: bool = True, diag: bool = True, outer: bool = True,
-                      sign: int = 1) -> torch.Tensor:
-    """J = diag(p) − p pᵀ with a planted slip; the defaults compute it. ``diag`` and ``outer`` keep its two
-    terms, ``sign`` = -1 flips it, and ``stable`` = False computes p without subtracting the row maximum."""
-    p = softmax(z) if stable else _naive(z)
-    return sign * ((torch.diag_embed(p) if diag else 0) - (_outer(p) if outer else 0))
-
-
-_NOT_BATCHED_2 = ("torch.diag and torch.outer (and indexing with a single None per side) handle one vector "
-                  "of scores only. Build both terms so that they broadcast over the leading axes: a batched "
-                  "diagonal embedding of p, and p as a column times p as a row along the last two axes.")
-
-_JACOBIAN_MISTAKES = variants(_planted_jacobian, [
-    ("missing-outer", {"outer": False},
-     "your J is zero off the diagonal, and its rows do not sum to 0. Adding the same number to every score "
-     "changes no weight, so what must each row of J sum to? Does raising one score leave the other weights "
-     "alone?",
-     "you returned the diagonal of p only. Every p_i depends on every z_j through the sum in its "
-     "denominator, so ∂p_i/∂z_j = −p_i p_j for i ≠ j, and the diagonal loses p_i² as well: subtract the "
-     "outer product of p with itself."),
-    ("missing-diag", {"diag": False},
-     "on the diagonal, raising z_i must raise p_i: is your ∂p_i/∂z_i positive?",
-     "you kept only the term that comes from the denominator. The numerator e^{z_i} depends on z_i too, "
-     "which adds p_i on the diagonal: ∂p_i/∂z_i = p_i − p_i²."),
-    ("sign", {"sign": -1},
-     "your diagonal is negative: in your J, raising z_i lowers p_i. Which of the two terms carries which "
-     "sign?",
-     "both of your terms have the wrong sign: the diagonal term p_i is added, the product p_i p_j is "
-     "subtracted."),
-    ("naive-softmax", {"stable": False},
-     "for the row of scores near 1000 your J holds NaN. What is e to the power 1000 in float32?",
-     "your formula is right but p overflowed: e to the power 1000 is inf in float32 (and e⁸⁰⁰ in float64), "
-     "and inf / inf is NaN. Compute p with the stable softmax of this chapter, which subtracts the row "
-     "maximum, before building J."),
-]) + [
-    Mistake("diagonal-only",
-            "your diagonal is right, but the entries off it are 0. Raising one score: does it leave the other "
-            "weights unchanged, when all of them must still sum to 1?",
-            lambda z: torch.diag_embed(softmax(z) * (1 - softmax(z))),
-            "you kept only the diagonal p_i (1 − p_i). The off-diagonal entries ∂p_i/∂z_j = −p_i p_j are not "
-            "zero: raising one score lowers every other weight."),
-    Mistake("not-batched",
-            "your function works for one row of scores but not for a batch (…, n). Which of the functions "
-            "you call takes only a single vector?",
-            _unbatched, _NOT_BATCHED_2),
-    Mistake("not-batched",
-            "your function works for one row of scores but not for a batch (…, n). Which of your steps "
-            "assumes that p has a single axis?",
-            _unbatched_broadcast, _NOT_BATCHED_2),
+_TEMPERATURE_GUESSES = [
+    Guess("linear",
+          f"too low: {_TABLE_2}. How does the ratio of two weights grow with the gap between their scores: in "
+          "proportion to it, or faster?", _GAP / 2,
+          more="too low: you took the ratio of the two weights to be the gap over τ. Each weight is proportional "
+               "to the exponential of its score over τ, so the ratio is an exponential of the gap over τ; a "
+               "logarithm undoes it."),
+    Guess("ratio-as-tau",
+          f"too low: {_TABLE_2}. The 2 of a two-to-one split is a ratio of weights; how does τ produce it?", 2.0,
+          more="too low: the temperature is not the ratio itself. The ratio of the two weights is an "
+               "exponential of the gap between their scores divided by τ; set that equal to 2 and solve for τ."),
+    Guess("times-log",
+          f"too low: {_TABLE_2}. Solve your equation for τ once more: on which side does ln 2 end up?",
+          _GAP * math.log(2),
+          more="too low: from gap / τ = ln 2 you multiplied the gap by ln 2; τ is the gap divided by it."),
+    Guess("inverted",
+          "too low: below τ = 1 the row is sharper than at τ = 1, where ' cat' already has 22 times the weight "
+          "of ' chase'. Does τ multiply the scores or divide them?", math.log(2) / _GAP,
+          more="too low: your τ multiplies the scores. Softmax receives z / τ, so the gap that sets the ratio "
+               "is 3.1 / τ, and a larger τ flattens the row."),
+    Guess("gap-itself",
+          "too low: at τ = 3.1, the gap itself, the ratio of the two weights is e ≈ 2.72, not 2.", _GAP,
+          more="too low: at τ = 3.1 the gap over τ is 1 and the ratio is e. A ratio of 2 needs the gap over τ "
+               "to be ln 2 ≈ 0.69, so τ is larger than the gap."),
+    Guess("read-table",
+          "too low: at τ = 4 the table above gives 0.570 / 0.263 ≈ 2.17, still above 2. The answer lies a "
+          "little higher: can you find it exactly?", 4.0,
+          more="too low: τ = 4 is the nearest row of the table, where the ratio is 2.17. The ratio depends on "
+               "the gap over τ alone; set it equal to 2 and solve."),
+    Guess("wrong-pair",
+          "too high: at your τ, ' cat' has twice the weight of ' the', not of ' chase'. Which two scores set "
+          "the ratio asked for?", (_WORKED[0] - _WORKED[1]) / math.log(2),
+          more="too high: you used the gap 5.2 − 0.3 between ' cat' and ' the'. The question compares ' cat' "
+               "(5.2) with ' chase' (2.1)."),
+    Guess("one-score",
+          "too high: a ratio of two weights depends on both of their scores. Does your number use the score "
+          "of ' chase'?", _WORKED[0] / math.log(2),
+          more="too high: you solved as if ' chase' scored 0. The ratio of the two weights depends on the gap "
+               "between their scores, 5.2 − 2.1."),
+    Guess("raw-scores",
+          "too high: your gap is between the raw scores QKᵀ of the designed head. Which scores does the "
+          "temperature divide?", _GAP * math.sqrt(3) / math.log(2),
+          more="too high: you used the raw scores, √d_k = √3 times the scaled ones. The temperature divides "
+               "the scaled scores, the numbers softmax receives: 5.2 for ' cat' and 2.1 for ' chase'."),
+    Guess("scaled-twice",
+          "too low: 5.2 and 2.1 are already divided by √d_k. Did you divide the gap by √3 once more?",
+          _GAP / math.sqrt(3) / math.log(2),
+          more="too low by a factor √3: the scores of the question are the scaled ones, what softmax receives. "
+               "The temperature divides them as they are."),
+    Guess("log10",
+          "too high: your logarithm is in base 10. Which logarithm undoes the exponential inside softmax?",
+          _GAP / math.log10(2),
+          more="too high by a factor ln 10 ≈ 2.3: softmax exponentiates with base e, so the logarithm that "
+               "undoes it is the natural one."),
+    Guess("sign",
+          "too low: a negative temperature reverses the order of the weights, so ' chase' would get twice the "
+          "weight of ' cat'. Which weight is on top of your ratio?", -_GAP / math.log(2),
+          more="too low: the right size with the wrong sign: you solved for ' chase' having twice the weight of "
+               "' cat'. A temperature is positive and keeps the order of the scores."),
 ]
 
-_JACOBIAN_DTYPE = Mistake(
-    "dtype",
-    "your values are right, but for {want} scores your J is {got}. Which tensor do you create, and in "
-    "which dtype?",
-    more="for {want} scores your J is {got}. A tensor created without a dtype (zeros to fill in, an "
-         "identity matrix) is float32, and numbers written into it are rounded to float32. Create it in the "
-         "dtype of z, or build J from p alone.")
+
+@checker(kind="predict", mistakes=_TEMPERATURE_GUESSES)
+def check_temperature(value) -> Verdict:
+    """A predicted τ at which softmax([5.2, 0.3, 2.1] / τ) gives the first score twice the weight of the third."""
+    return judge_number(value, _measured_temperature(), _TEMPERATURE_GUESSES, rtol=0.02,
+                        success="the ratio of two weights is e to the power (gap / τ), whatever the other "
+                                "scores: e^(3.1 / τ) = 2 gives τ = 3.1 / ln 2.")
 
 
-@checker(mistakes=[*_JACOBIAN_MISTAKES, _JACOBIAN_DTYPE, MIXED_DTYPES])
-def check_softmax_jacobian(fn) -> Verdict:
-    """Check ``fn(z)``: z (..., n) → J (..., n, n) with J[..., i, j] = ∂p_i/∂z_j for p = softmax(z)."""
-    groups = _jacobian_groups()
-    return judge(fn, groups, _jacobian_reference, _JACOBIAN_MISTAKES,
-                 diagnose=_dtype_diagnosis(fn, groups, _jacobian_reference, _JACOBIAN_DTYPE),
-                 success="your J matches autograd on one row of 5 scores, on a batch with a saturated row "
-                         "and a row of scores near 1000, and in float64 with two batch axes.")
+# --- extend: each query reads its k best keys only --------------------------------------------------------------------
+
+def _top_k_groups() -> list[Group]:
+    g = _gen(507)
+
+    def case(shape_z: tuple, d_v: int, k: int, dtype=torch.float32, causal: bool = False) -> tuple:
+        Z = torch.randn(*shape_z, generator=g) * 2
+        if causal:
+            Z = Z + causal_mask(shape_z[-2], shape_z[-1])
+        V = torch.randn(*shape_z[:-2], shape_z[-1], d_v, generator=g)
+        return Z.to(dtype), V.to(dtype), k
+
+    # T_q ≠ T_k, a batch, a causal table whose first rows see fewer than k keys, k = T_k, float64, float16;
+    # k ≤ T_q everywhere, so that a top k taken down the columns runs as well
+    return [Group([case((4, 6), 3, 2), case((2, 5, 7), 4, 3), case((1, 6, 6), 5, 3, causal=True),
+                   case((2, 4, 4), 3, 4)], 1e-5),
+            Group([case((2, 3, 5), 2, 2, torch.float64)], 1e-10),
+            Group([case((1, 4, 6), 3, 2, torch.float16, causal=True)], 1e-2)]
 
 
-# ------------------------------------------------------------------------------------------------
-# Find the bug: an einsum head whose last line sums over the query index (out = Pᵀ V).
+def _top_k_reference(Z, V, k) -> torch.Tensor:
+    Z64 = Z.double()
+    kept = Z64 >= Z64.topk(k, dim=-1).values[..., -1:]
+    return (torch.softmax(Z64.masked_fill(~kept, -math.inf), dim=-1) @ V.double()).to(Z.dtype)
+
+
+def _planted_top_k(Z, V, k, *, keep: str = "top k", drop: str = "-inf", values: str = "all", dim: int = -1,
+                   rescale: bool = False, nan: bool = True):
+    """Top-k attention with a planted slip; the defaults compute it. ``nan`` False zeroes a row of weights
+    that comes out NaN."""
+    Z = Z / math.sqrt(V.shape[-1]) if rescale else Z
+    top = Z.topk(k, dim=-1)
+    if drop == "scatter":
+        return torch.softmax(torch.zeros_like(Z).scatter(-1, top.indices, top.values), dim=-1) @ V
+    if values == "first k":
+        return torch.softmax(top.values, dim=-1) @ V[..., :k, :]
+    if values == "indexed":
+        return (torch.softmax(top.values, dim=-1)[..., None] * V[top.indices]).sum(-2)
+    if keep == "kthvalue":
+        threshold = Z.kthvalue(k, dim=-1, keepdim=True).values
+    elif keep == "columns":
+        threshold = Z.topk(k, dim=-2).values[..., -1:, :]
+    else:
+        threshold = Z.topk(min(k + (keep == "k + 1"), Z.shape[-1]), dim=-1).values[..., -1:]
+    kept = Z > threshold if keep == "k - 1" else Z >= threshold
+    if drop == "after":
+        return torch.softmax(Z, dim=-1).masked_fill(~kept, 0.0) @ V
+    Z = Z * kept if drop == "times" else Z.masked_fill(~kept, 0.0 if drop == "zero" else -math.inf)
+    P = torch.softmax(Z, dim=dim)
+    return (P if nan else P.nan_to_num()) @ V
+
+
+_ZEROED_1 = ("keys outside a row's top k still get weight in your output. What weight does softmax give to a "
+             "score of 0?")
+_ZEROED_2 = ("you set the scores outside the top k to 0. A score of 0 is an ordinary score, not a removed one: "
+             "e⁰ = 1, so those keys keep a share that depends on how 0 compares with the kept scores (and where "
+             "the causal mask had blocked a key, a future key comes back, or a NaN appears). A removed key needs a "
+             "score whose exponential is 0.")
+
+_TOP_K_MISTAKES = variants(_planted_top_k, [
+    ("not-renormalised", {"drop": "after"},
+     "the weights your output uses do not sum to 1 in a row: the k kept keys share less than the whole "
+     "weight. Where do you remove the other keys: before softmax, or after it?",
+     "you ran softmax over every key and then set the weights outside the top k to 0, so each row's kept "
+     "weights sum to less than 1. Remove the other keys from the scores before softmax, as the causal mask "
+     "is, so that softmax shares the whole weight among the k kept ones."),
+    ("zeroed-scores", {"drop": "zero"}, _ZEROED_1, _ZEROED_2),
+    ("zeroed-scores", {"drop": "times"}, _ZEROED_1, _ZEROED_2),
+    ("zeroed-scores", {"drop": "scatter"}, _ZEROED_1, _ZEROED_2),
+    ("first-k-values", {"values": "first k"},
+     "does each of your k weights multiply the value of its own key? The k best keys of a row are seldom "
+     "the first k positions.",
+     "you paired the weights of the k largest scores with the values of positions 0 … k − 1. The weights "
+     "come sorted by score, and their keys sit anywhere in the row: each weight must meet the value of its "
+     "own key (the indices of the top k say which), or put the k weights back into a full row of T_k "
+     "weights, zero elsewhere, and mix all of V."),
+    ("batch-indexed", {"values": "indexed"},
+     "your function is right for one table of scores (T_q, T_k) but not for a batch (B, T_q, T_k). When V "
+     "has a batch axis, along which of its axes does indexing with the top-k positions pick?",
+     "indexing V with a tensor of positions picks along V's first axis. For one table that axis holds the "
+     "keys; for a batch it holds the sequences, so key positions are read as sequence numbers. Pick along "
+     "the key axis of each sequence (the second-to-last axis of V), or put the k weights back into a full "
+     "row of T_k weights and mix all of V."),
+    ("kthvalue", {"keep": "kthvalue"},
+     "your rows keep the wrong number of keys: more than k when k is small. Counted from which end is the "
+     "k-th value you compare the scores with?",
+     "torch.kthvalue gives the k-th smallest value of a row, so comparing with it keeps the T_k − k + 1 "
+     "largest scores. The top k are separated from the rest by the k-th largest score."),
+    ("k-minus-one", {"keep": "k - 1"},
+     "each of your rows keeps one key too few: k − 1 keys get weight where k should. Is the k-th largest "
+     "score itself among the kept ones?",
+     "you kept only the scores strictly above the k-th largest, so the k-th itself is dropped and k − 1 keys "
+     "remain (none at all when k = 1). The k-th largest score belongs to the top k."),
+    ("columns", {"keep": "columns"},
+     "does each query keep its own k best keys? Along which axis of Z did you pick the largest scores?",
+     "you took the k largest scores of each column: the k queries that match a key best. A row of Z holds one "
+     "query's scores over all its keys, and the top k are taken along that last axis."),
+    ("columns", {"keep": "columns", "nan": False},
+     "does each query keep its own k best keys? Along which axis of Z did you pick the largest scores?",
+     "you took the k largest scores of each column, so some rows kept no key at all (their NaN weights, set "
+     "to 0, hide it). A row of Z holds one query's scores over all its keys: take the top k along it."),
+    ("scaled-twice", {"rescale": True},
+     "Z holds scores that are already scaled. Does your function divide them once more?",
+     "Z is already QKᵀ/√d_k; dividing it again by a square root flattens every row of weights. Use the scores "
+     "as they come."),
+    ("softmax-axis", {"dim": -2},
+     "do the weights of one query sum to 1 over its keys? Along which axis did your softmax run?",
+     "your softmax ran over the query axis, so each column of weights sums to 1. Each query's row of weights, "
+     "over its keys (the last axis), must."),
+]) + variants(_planted_top_k, [
+    # named on the cases with k < T_k: with k = T_k a threshold read one place too far down a sorted row
+    # finds no score there, and the answer raises
+    ("k-plus-one", {"keep": "k + 1"},
+     "each of your rows keeps one key too many: k + 1 keys get weight where k should. Which score is the "
+     "k-th largest, counting from 1?",
+     "your threshold is the (k + 1)-th largest score of the row, so keeping every score at least that large "
+     "keeps k + 1 keys; with k = T_k there is no (k + 1)-th score at all. The threshold is the k-th largest, "
+     "the last of the top k."),
+], where=lambda case: case[2] < case[0].shape[-1])
+
+@checker(mistakes=[*_TOP_K_MISTAKES, MIXED_DTYPES])
+def check_top_k_attention(fn) -> Verdict:
+    """``fn(Z, V, k)``: Z (..., T_q, T_k), V (..., T_k, d_v) → (..., T_q, d_v), each query reading its k best keys."""
+    return judge(fn, _top_k_groups(), _top_k_reference, _TOP_K_MISTAKES,
+                 diagnose=_mixed_dtypes(fn, _top_k_reference),
+                 success="each query reads its k best keys and only them, with weights that sum to 1: for one "
+                         "table, a batch, a causal table whose first rows see fewer than k keys, k = T_k, and "
+                         "in float16, float32 and float64.")
+
+# --- find the bug: an einsum head whose last line sums over the query index (out = Pᵀ V) ------------------------------
 
 def _head_groups() -> list[Group]:
     g = _gen(5)
@@ -462,23 +403,18 @@ def _head_groups() -> list[Group]:
             Group([qkv(2, 5, 3, 4, torch.float64)], 1e-10)]
 
 
-def _head_reference(Q, K, V) -> torch.Tensor:
-    return attention(Q, K, V)
-
-
 _GIVEN = "bij,bid->bjd"   # the last line of the head as given: it sums P over the query index i
 
 
 def _einsum_head(Q, K, V, *, scores: str = "bid,bjd->bij", dim: int = -1, mask: str = "causal",
-                 mix: str = "bij,bjd->bid", mixed: str = "V") -> torch.Tensor:
-    """The einsum head with a planted slip; the defaults compute it. ``scores`` and ``mix`` are its two einsum
-    specs, ``dim`` the axis of softmax, ``mask`` "causal", "transposed" (−inf below the diagonal) or "none",
-    ``mixed`` the tensor mixed ("V" or "K")."""
+                 mix: str = "bij,bjd->bid", mixed: str = "V", scale: str = "d_k") -> torch.Tensor:
+    """The einsum head with a planted slip; the defaults compute it (a ``mix`` ending in "di" is reshaped to V's
+    shape)."""
     T = Q.shape[-2]
-    Z = torch.einsum(scores, Q, K) / math.sqrt(Q.shape[-1])
+    Z = torch.einsum(scores, Q, K) / math.sqrt(Q.shape[-1] if scale == "d_k" else T)
     M = {"causal": causal_mask(T), "transposed": causal_mask(T).T, "none": torch.zeros(T, T)}[mask]
     P = softmax(Z + M.to(Z.dtype), dim=dim)
-    return torch.einsum(mix, P, K if mixed == "K" else V)
+    return torch.einsum(mix, P, K if mixed == "K" else V).reshape(V.shape)
 
 
 _FIXED_HEAD_MISTAKES = variants(_einsum_head, [
@@ -516,14 +452,26 @@ _FIXED_HEAD_MISTAKES = variants(_einsum_head, [
     ("no-mask", {"mask": "none"},
      "the mask was right. Does every output still read only the positions up to its own?",
      "you removed the causal mask. Keep it, and look at which index the last line sums over."),
+    ("own-value", {"mix": "bij,bid->bid"},
+     "each of your outputs is the value of its own position, unchanged. Which index of P should the last line "
+     "sum over?",
+     "your last line keeps i on V and sums P over j alone: each row of P sums to 1, so output i is just v_i. "
+     "The sum must run over the index that P and V share, the key j."),
+    ("output-transposed", {"mix": "bij,bjd->bdi"},
+     "the sum is right, but is your output laid out (B, T, d_v)? Which index comes last in your last einsum's "
+     "output?",
+     "your last line puts the position index last, (B, d_v, T), and a reshape to (B, T, d_v) only regroups "
+     "the numbers: it does not move an axis. Write the output indices in the order (b, i, d)."),
+    ("scale-T", {"scale": "T"},
+     "the mixing is right now. By the square root of which size are the scores divided?",
+     "you divide the scores by √T, the number of positions; the scale is √d_k, the width of a query."),
 ])
 
 
-@checker(mistakes=[*_FIXED_HEAD_MISTAKES, _SEQ_FIRST_DTYPE, MIXED_DTYPES])
+@checker(mistakes=[*_FIXED_HEAD_MISTAKES, MIXED_DTYPES])
 def check_fixed_head(fn) -> Verdict:
     """Check the repaired head ``fn(Q, K, V)``: Q, K (B, T, d_k), V (B, T, d_v) → (B, T, d_v)."""
-    groups = _head_groups()
-    return judge(fn, groups, _head_reference, _FIXED_HEAD_MISTAKES,
-                 diagnose=_dtype_diagnosis(fn, groups, _head_reference, _SEQ_FIRST_DTYPE),
+    return judge(fn, _head_groups(), attention, _FIXED_HEAD_MISTAKES,
+                 diagnose=_mixed_dtypes(fn, attention),
                  success="output i now mixes the values of positions 0…i with row i of P, for T = d_k = d_v "
                          "= 6, T = 5, T = 7, and in float64.")

@@ -1,20 +1,12 @@
 """Exercise checkers for the stack chapter (chapter 8).
 
-``check_deepen(fn)``: ``fn(blocks)`` for an ``nn.ModuleList`` of L blocks must return an ``nn.ModuleList`` of 2L
-blocks: entry 2i a copy of block i, entry 2i + 1 a new block of the same sizes that starts as the identity and
-can still learn; no parameter shared with the given blocks or between two entries. The given blocks have
-other sizes than the chapter's (h = 2 and 3, a narrow d_ff, RoPE, one stack in float64), and the number of
-heads is checked by each block's own settings, since no weight shape shows it.
-``check_logit_lens(fn)``: ``fn(X0, blocks, ln_f, head)`` must return head(ln_f(X_l)) for l = 0 … L, stacked as
-(L + 1, B, T, vocab_size) in the dtype of X0 (one case in float64).
-``check_text_windows(fn)``: ``fn(data, T)`` must cut data into consecutive windows of T inputs, as many as fit
-with their next-token targets: (inputs, targets), each (n, T).
-``check_cached_generation(fn)``: ``fn(model, ids, n_new, chunk)`` must feed the prompt in chunks of at most
-``chunk`` tokens, then generate n_new tokens greedily, keeping every layer's K and V itself.
-
-Every mistake has two hint levels: ``check_…(fn)`` says where to look, ``check_…(fn, hint=2)`` what is wrong.
-Modules are built afresh on every call, and the learner's function gets copies of its own, so an answer that
-changes a module in place is told so (by the core) and cannot change the reference or a later verdict.
+``check_deepen(fn)``: ``fn(blocks)``, an ``nn.ModuleList`` of L blocks → an ``nn.ModuleList`` of 2L: the copy of
+block i at 2i, a new block of its settings that starts as the identity (and can learn) at 2i + 1, nothing shared.
+``check_logit_lens(fn)``: ``fn(X0, blocks, ln_f, head)`` → head(ln_f(X_l)) for l = 0 … L, (L + 1, B, T, vocab_size).
+``check_text_windows(fn)``: ``fn(data, T)`` → (inputs, targets), each (n, T): consecutive windows with next-token
+targets, as many as fit.
+``check_cached_generation(fn)``: ``fn(model, ids, n_new, chunk)`` → (1, T0 + n_new): the prompt fed in chunks of at
+most ``chunk``, then n_new greedy tokens, with every layer's K and V kept by the learner's code.
 """
 
 from __future__ import annotations
@@ -28,22 +20,15 @@ from torch import nn
 from ..attention import attention, softmax
 from ..block import Block
 from ..heads import MultiHeadAttention, merge_heads
-from ..model import GPT
-from ._core import Mistake, Verdict, checker, judge, named, variants
+from ..model import GPT, GPTConfig
+from ._core import Mistake, Verdict, _dtype_name, _gen, checker, judge, named, variants
 
 __all__ = ["check_deepen", "check_logit_lens", "check_text_windows", "check_cached_generation"]
-
-_CONTENT = ("values", "type", "shape", "length", "dtype", "device")   # judge's labels for a merely different result
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 # --- build: a deeper stack that starts as the old one ---------------------------------------------------------------
 
-# seed, L, d_model, h, d_ff, rope, dtype: sizes the chapter did not use, so that a block built from the chapter's
-# numbers (h = 4, d_ff = 4·d_model) or in the default dtype is told so.
+# seed, L, d_model, h, d_ff, rope, dtype: not the chapter's sizes (h = 4, d_ff = 4·d_model) nor its dtype.
 _DEEPEN_CASES = ((880, 2, 16, 2, 40, False, torch.float32), (881, 3, 12, 3, 24, True, torch.float64))
 
 _FIELDS = ("d_model", "h", "h_kv", "d_ff", "rope", "norm", "bias", "gelu", "dtype", "device")
@@ -59,13 +44,6 @@ def _fresh_blocks(i: int):
             for p in blocks.parameters():
                 p.add_(torch.randn_like(p) * 0.3)
     return (blocks.to(dtype),)
-
-
-def _probe(blocks: nn.ModuleList) -> torch.Tensor:
-    """The test input every entry is run on: (B=2, T=5, d_model) in the blocks' dtype."""
-    p = next(blocks[0].parameters())
-    g = torch.Generator().manual_seed(88)
-    return torch.randn(2, 5, blocks[0].d_model, generator=g, dtype=torch.float64).to(p.dtype)
 
 
 def _setting(block: Block, field: str):
@@ -108,169 +86,92 @@ def _identity_kind(block: Block, X: torch.Tensor) -> int:
     return 1 if (D - D[:1, :1]).abs().max().item() <= tol else 2
 
 
-def _dead(block: Block) -> bool:
-    """Whether a sublayer's first layer is all zero: then no gradient reaches it (or the layer after it)."""
-    return any(not bool(w.detach().any()) for w in (block.attn.W_QKV.weight, block.mlp.W_1.weight))
+_DEEPEN = {label: Mistake(label, hint, more=more) for label, hint, more in [   # found by _explain_stack
+    ("type", "return an nn.ModuleList of Blocks, 2L of them; got {what}.",
+     "return an nn.ModuleList whose entries are Block objects: for L given blocks, 2L entries, a copy of each "
+     "given block followed by its new block. You returned {what}."),
+    ("wrong-count", "your stack has {n} entries for {L} given blocks: how many blocks does each given one become?",
+     "each given block becomes two entries, its copy and a new block after it: 2L = {want} entries, not {n}."),
+    ("shared-parameters",
+     "entry {k} of your stack shares its parameter {name} with block {i} that was passed in: training the "
+     "deeper stack would change the old one too. Did you copy the numbers, or hand over the same tensors?",
+     "entry {k}'s {name} is the same storage as a parameter of given block {i}. Putting a given module into the "
+     "new list, or assigning one of its layers or parameters, shares it; a deep copy owns its numbers."),
+    ("same-block",
+     "entries {a} and {b} of your stack are one Block object: setting up one of them changes the other. How "
+     "many blocks did you create for each given one?",
+     "entries {a} and {b} are the same object, so the copy and the new block cannot differ. Create the new "
+     "block as an object of its own."),
+    ("shared-between",
+     "entries {a} and {b} of your stack share the parameter {name}: can the two ever learn different numbers?",
+     "entries {a} and {b} hold the same tensor {name}; every entry must own all of its parameters, so make each "
+     "new block's layers its own."),
+    ("wrong-heads",
+     "entry {k} has {got} heads, block {i} has {want}. The weights have the same shapes for any number of "
+     "heads: where can you read a block's number of heads?",
+     "every attention module keeps its number of heads as a setting (no weight shape shows it), and a block "
+     "keeps its other sizes too. A new block repeats all of them, or starts as a copy of the block it follows."),
+    ("wrong-d_ff",
+     "entry {k}'s MLP is {got} wide, block {i}'s is {want}: what width does a Block get when you do not say?",
+     "a Block's default d_ff is 4·d_model; the given blocks are narrower. Give the new block the width of the "
+     "block it follows (or start from a copy of it)."),
+    ("wrong-dtype", "entry {k}'s parameters are {got}, block {i}'s are {want}: in which dtype is a new module "
+     "created?",
+     "a new module's parameters are float32, whatever its neighbours hold; convert it to the dtype of the given "
+     "blocks (or start from a copy of one)."),
+    ("wrong-structure",
+     "entry {k} is not set up like block {i}: its {field} is {got}, block {i}'s is {want}. Which settings of "
+     "a block do its weights not show?",
+     "a new block repeats every setting of the block it follows ({field} included), or starts as a copy of it."),
+    ("order", "entry {k} of your stack {does}, where {wanted} belongs: in which order do the entries go?",
+     "entry 2i is the copy of block i and entry 2i + 1 the new block right after it, so that each new block "
+     "reads the output of the block it was added to; yours are in another order."),
+    ("copy-differs",
+     "entry {k} should compute what block {i} computes, and on a test input it does not: are all of its "
+     "numbers block {i}'s?",
+     "entry {k} must be a copy of block {i}: every parameter (both LayerNorms included) with block {i}'s "
+     "values, in a block of the same settings."),
+    ("constant-added",
+     "entry {k} adds one and the same vector to every position instead of leaving X as it is: which part of a "
+     "sublayer still adds something when its input or its weight is zero?",
+     "a Linear layer adds its bias even when its input or weight is zero. For X + attention + MLP to equal X, "
+     "the last layer of each sublayer (W_O, and the MLP's second layer) must output zero: its weight and its "
+     "bias."),
+    ("not-identity",
+     "entry {k} changes its input, so the deeper stack no longer computes what the old one did: what must a "
+     "new block add to the residual stream?",
+     "a new block starts as the identity when both of its sublayers add zero: the output layers of the "
+     "attention (W_O) and of the MLP (its second layer), weights and biases, start at zero."),
+    ("dead-block",
+     "entry {k} leaves X as it is, but its {part} weights are all zero as well: what gradient would ever "
+     "reach them?",
+     "with a sublayer's first layer zero too, nothing flows back into that sublayer and it stays at zero. Only "
+     "the output layers (weight and bias) need to be zero; the rest stays as it was, random or copied."),
+    ("frozen",
+     "entry {k} cannot learn: its parameter {name} has requires_grad=False. The new blocks start as the "
+     "identity and must still be able to learn: which of your steps switched learning off?",
+     "entry {k}'s {name} is frozen, so training leaves it as it is and the block stays the identity for ever. "
+     "Change the output layers' values without turning off their gradient."),
+    ("not-modulelist",
+     "the blocks are right, but you returned a plain {what}: a module that stores it sees {seen} of its "
+     "{total:,} parameters. What does a model's parameters() see?",
+     "a plain Python collection of modules is not registered: parameters(), the optimiser and .to(device) "
+     "would all miss the blocks. Return an nn.ModuleList."),
+]}
 
 
-def _facts(out, given: nn.ModuleList):
-    """What is true of the learner's stack, in numbers that judge can compare with the ideal one's.
-
-    (a ModuleList? (1/0), entries, shares with a given block?, shares between entries?, settings of every entry
-    (2L, fields) as codes, every copy on the probe input (L, B, T, d_model) in float64, what every new block does
-    (L,), which new blocks are dead (L,)), or (-1,) when ``out`` is not a collection of Blocks.
-    """
-    items = _entries(out)
-    if items is None:
-        return (-1,)
-    taken = set().union(*[_storages(b) for b in given])
-    shares_given = int(any(set(_storages(b)) & taken for b in items))
-    seen, shares_between = set(), 0
-    for b in {id(b): b for b in items}.values():
-        mine = set(_storages(b))
-        shares_between |= bool(mine & seen)
-        seen |= mine
-    shares_between |= len({id(b) for b in items}) < len(items)
-    settings = torch.tensor([[hash(_setting(b, f)) % 1_000_003 for f in _FIELDS] for b in items],
-                            dtype=torch.int64).reshape(len(items), len(_FIELDS))
-    X = _probe(given)
-    copies, kinds, dead = [], [], []
-    for k, b in enumerate(items):
-        if k % 2 == 0:
-            try:
-                with torch.no_grad():
-                    copies.append(b(X).double())
-            except Exception:  # noqa: BLE001
-                copies.append(torch.full(X.shape, math.nan, dtype=torch.float64))
-        else:
-            kinds.append(_identity_kind(b, X))
-            dead.append(int(_dead(b)) + 2 * int(any(not p.requires_grad for p in b.parameters())))
-    copies = torch.stack(copies) if copies else torch.zeros(0, *X.shape, dtype=torch.float64)
-    return (int(isinstance(out, nn.ModuleList)), len(items), shares_given, int(shares_between), settings, copies,
-            torch.tensor(kinds, dtype=torch.int64), torch.tensor(dead, dtype=torch.int64))
+def _zero_outside_no_grad(blocks):
+    """The planted error: an output layer zeroed in place while autograd records (torch refuses)."""
+    new = Block(blocks[0].d_model, blocks[0].attn.h)
+    new.attn.W_O.weight.zero_()
 
 
-def _ideal(given: nn.ModuleList):
-    """The facts of the right answer: every entry set like its block, the copies compute what the blocks do."""
-    X = _probe(given)
-    with torch.no_grad():
-        copies = torch.stack([b(X).double() for b in given])
-    settings = torch.tensor([[hash(_setting(b, f)) % 1_000_003 for f in _FIELDS] for b in given for _ in (0, 1)],
-                            dtype=torch.int64)
-    L = len(given)
-    return (1, 2 * L, 0, 0, settings, copies, torch.zeros(L, dtype=torch.int64), torch.zeros(L, dtype=torch.int64))
-
-
-DEEPEN_TYPE = Mistake(
-    "type",
-    "return an nn.ModuleList of Blocks, 2L of them; got {what}.",
-    more="return an nn.ModuleList whose entries are Block objects: for L given blocks, 2L entries, a copy of each "
-         "given block followed by its new block. You returned {what}.")
-WRONG_COUNT = Mistake(
-    "wrong-count",
-    "your stack has {n} entries for {L} given blocks: how many blocks does each given one become?",
-    more="each given block becomes two entries, its copy and a new block after it: 2L = {want} entries, "
-         "not {n}.")
-SHARED_GIVEN = Mistake(
-    "shared-parameters",
-    "entry {k} of your stack shares its parameter {name} with block {i} that was passed in: training the "
-    "deeper stack would change the old one too. Did you copy the numbers, or hand over the same tensors?",
-    more="entry {k}'s {name} is the same storage as a parameter of given block {i}. Putting a given module "
-         "into the new list, or assigning one of its layers or parameters, shares it; a deep copy owns its "
-         "numbers.")
-SAME_BLOCK = Mistake(
-    "same-block",
-    "entries {a} and {b} of your stack are one Block object: setting up one of them changes the other. How "
-    "many blocks did you create for each given one?",
-    more="entries {a} and {b} are the same object, so the copy and the new block cannot differ. Create the "
-         "new block as an object of its own.")
-SHARED_BETWEEN = Mistake(
-    "shared-between",
-    "entries {a} and {b} of your stack share the parameter {name}: can the two ever learn different numbers?",
-    more="entries {a} and {b} hold the same tensor {name}; every entry must own all of its parameters, so "
-         "make each new block's layers its own.")
-WRONG_HEADS = Mistake(
-    "wrong-heads",
-    "entry {k} has {got} heads, block {i} has {want}. The weights have the same shapes for any number of "
-    "heads: where can you read a block's number of heads?",
-    more="every attention module keeps its number of heads as a setting (no weight shape shows it), and a "
-         "block keeps its other sizes too. A new block repeats all of them, or starts as a copy of the block "
-         "it follows.")
-WRONG_D_FF = Mistake(
-    "wrong-d_ff",
-    "entry {k}'s MLP is {got} wide, block {i}'s is {want}: what width does a Block get when you do not say?",
-    more="a Block's default d_ff is 4·d_model; the given blocks are narrower. Give the new block the width of "
-         "the block it follows (or start from a copy of it).")
-WRONG_DTYPE = Mistake(
-    "wrong-dtype",
-    "entry {k}'s parameters are {got}, block {i}'s are {want}: in which dtype is a new module created?",
-    more="a new module's parameters are float32, whatever its neighbours hold; convert it to the dtype of the "
-         "given blocks (or start from a copy of one).")
-WRONG_SETTING = Mistake(
-    "wrong-structure",
-    "entry {k} is not set up like block {i}: its {field} is {got}, block {i}'s is {want}. Which settings of "
-    "a block do its weights not show?",
-    more="a new block repeats every setting of the block it follows ({field} included), or starts as a copy "
-         "of it.")
-ORDER = Mistake(
-    "order",
-    "entry {k} of your stack {does}, where {wanted} belongs: in which order do the entries go?",
-    more="entry 2i is the copy of block i and entry 2i + 1 the new block right after it, so that each new "
-         "block reads the output of the block it was added to; yours are in another order.")
-STACK_DIFFERS = Mistake(
-    "stack-differs",
-    "your stack is not the one asked for, in a way the checker cannot name: does each entry 2i compute block "
-    "i, and does each entry 2i + 1 leave its input unchanged?",
-    more="check each entry on a random input of your own: entry 2i against block i, entry 2i + 1 against the "
-         "input itself; then that no two entries, and no entry and a given block, hold the same tensor.")
-COPY_DIFFERS = Mistake(
-    "copy-differs",
-    "entry {k} should compute what block {i} computes, and on a test input it does not: are all of its "
-    "numbers block {i}'s?",
-    more="entry {k} must be a copy of block {i}: every parameter (both LayerNorms included) with block {i}'s "
-         "values, in a block of the same settings.")
-CONSTANT_ADDED = Mistake(
-    "constant-added",
-    "entry {k} adds one and the same vector to every position instead of leaving X as it is: which part of a "
-    "sublayer still adds something when its input or its weight is zero?",
-    more="a Linear layer adds its bias even when its input or weight is zero. For X + attention + MLP to equal "
-         "X, the last layer of each sublayer (W_O, and the MLP's second layer) must output zero: its weight "
-         "and its bias.")
-NOT_IDENTITY = Mistake(
-    "not-identity",
-    "entry {k} changes its input, so the deeper stack no longer computes what the old one did: what must a "
-    "new block add to the residual stream?",
-    more="a new block starts as the identity when both of its sublayers add zero: the output layers of the "
-         "attention (W_O) and of the MLP (its second layer), weights and biases, start at zero.")
-DEAD = Mistake(
-    "dead-block",
-    "entry {k} leaves X as it is, but its {part} weights are all zero as well: what gradient would ever "
-    "reach them?",
-    more="with a sublayer's first layer zero too, nothing flows back into that sublayer and it stays at zero. "
-         "Only the output layers (weight and bias) need to be zero; the rest stays as it was, random or "
-         "copied.")
-FROZEN = Mistake(
-    "frozen",
-    "entry {k} cannot learn: its parameter {name} has requires_grad=False. The new blocks start as the "
-    "identity and must still be able to learn: which of your steps switched learning off?",
-    more="entry {k}'s {name} is frozen, so training leaves it as it is and the block stays the identity for "
-         "ever. Change the output layers' values without turning off their gradient.")
-NOT_MODULELIST = Mistake(
-    "not-modulelist",
-    "the blocks are right, but you returned a plain {what}: a module that stores it sees {seen} of its "
-    "{total:,} parameters. What does a model's parameters() see?",
-    more="a plain Python collection of modules is not registered: parameters(), the optimiser and .to(device) "
-         "would all miss the blocks. Return an nn.ModuleList.")
 NO_GRAD = Mistake(
     "in-place-with-grad",
     "torch refused to change a trainable parameter in place while it records gradients: how do you tell it "
-    "not to record while you set the numbers?",
+    "not to record while you set the numbers?", _zero_outside_no_grad,
     more="set the numbers inside a block where autograd records nothing (torch's no-grad mode), or with the "
          "functions of torch.nn.init, which switch it off for you.")
-
-_DEEPEN_MISTAKES = [DEEPEN_TYPE, WRONG_COUNT, SHARED_GIVEN, SAME_BLOCK, SHARED_BETWEEN, WRONG_HEADS, WRONG_D_FF,
-                    WRONG_DTYPE, WRONG_SETTING, ORDER, STACK_DIFFERS, COPY_DIFFERS, CONSTANT_ADDED, NOT_IDENTITY, DEAD,
-                    NOT_MODULELIST, NO_GRAD, FROZEN]
 
 
 def _n_params(modules) -> int:
@@ -285,34 +186,35 @@ def _role(entry: Block, X: torch.Tensor, outputs: list[torch.Tensor]):
     return next((i for i, want in enumerate(outputs) if torch.allclose(Y, want, atol=1e-5, rtol=1e-4)), None)
 
 
-def _explain_stack(out, given: nn.ModuleList) -> Verdict | None:
-    """The first thing wrong with ``out`` as the deeper stack of ``given``; None when nothing is."""
-    L = len(given)
+def _explain_stack(case, out, args, watch) -> Verdict | None:
+    """The first thing wrong with ``out`` as the deeper stack of the given blocks (as passed in); None if nothing."""
+    given, = args
+    L, D = len(given), _DEEPEN
     items = _entries(out)
     if items is None:
-        return named(DEEPEN_TYPE, what=f"a {type(out).__name__}")
+        return named(D["type"], what=f"a {type(out).__name__}")
     if len(items) != 2 * L:
-        return named(WRONG_COUNT, n=len(items), L=L, want=2 * L)
+        return named(D["wrong-count"], n=len(items), L=L, want=2 * L)
     owners = {ptr: (i, name) for i, b in enumerate(given) for ptr, name in _storages(b).items()}
     for k, b in enumerate(items):
         for ptr, name in _storages(b).items():
             if ptr in owners:
-                return named(SHARED_GIVEN, k=k, i=owners[ptr][0], name=name)
+                return named(D["shared-parameters"], k=k, i=owners[ptr][0], name=name)
     for a in range(len(items)):
         for b in range(a + 1, len(items)):
             if items[a] is items[b]:
-                return named(SAME_BLOCK, a=a, b=b)
+                return named(D["same-block"], a=a, b=b)
             both = set(_storages(items[a])) & set(_storages(items[b]))
             if both:
-                return named(SHARED_BETWEEN, a=a, b=b, name=_storages(items[b])[both.pop()])
+                return named(D["shared-between"], a=a, b=b, name=_storages(items[b])[both.pop()])
     for k, b in enumerate(items):
-        i = k // 2
         for field in _FIELDS:
-            got, want = _setting(b, field), _setting(given[i], field)
+            got, want = _setting(b, field), _setting(given[k // 2], field)
             if got != want:
-                m = {"h": WRONG_HEADS, "d_ff": WRONG_D_FF, "dtype": WRONG_DTYPE}.get(field, WRONG_SETTING)
-                return named(m, k=k, i=i, field=field, got=got, want=want)
-    X = _probe(given)
+                label = {"h": "wrong-heads", "d_ff": "wrong-d_ff", "dtype": "wrong-dtype"}.get(field, "wrong-structure")
+                return named(D[label], k=k, i=k // 2, field=field, got=got, want=want)
+    dtype = next(given.parameters()).dtype
+    X = torch.randn(2, 5, given[0].d_model, generator=_gen(88), dtype=torch.float64).to(dtype)   # the probe
     with torch.no_grad():
         outputs = [block(X) for block in given]
         for k, entry in enumerate(items):
@@ -322,55 +224,32 @@ def _explain_stack(out, given: nn.ModuleList) -> Verdict | None:
             if role is not None:
                 does = "starts as the identity" if role == "identity" else f"computes block {role}"
                 wanted = f"the copy of block {k // 2}" if k % 2 == 0 else f"the new block after block {k // 2}"
-                return named(ORDER, k=k, does=does, wanted=wanted)
+                return named(D["order"], k=k, does=does, wanted=wanted)
             if k % 2 == 0:
-                return named(COPY_DIFFERS, k=k, i=k // 2)
-            kind = _identity_kind(entry, X)
-            return named(CONSTANT_ADDED if kind == 1 else NOT_IDENTITY, k=k)
-        for k, entry in enumerate(items[1::2]):
-            if _dead(entry):
-                part = "attention" if not bool(entry.attn.W_QKV.weight.any()) else "MLP"
-                return named(DEAD, k=2 * k + 1, part=part)
+                return named(D["copy-differs"], k=k, i=k // 2)
+            return named(D["constant-added" if _identity_kind(entry, X) == 1 else "not-identity"], k=k)
+        for k, entry in enumerate(items[1::2]):   # a first layer all zero: no gradient ever reaches it
+            for part, W in (("attention", entry.attn.W_QKV.weight), ("MLP", entry.mlp.W_1.weight)):
+                if not bool(W.detach().any()):
+                    return named(D["dead-block"], k=2 * k + 1, part=part)
     for k, entry in enumerate(items[1::2]):
         frozen = [n for n, p in entry.named_parameters() if not p.requires_grad]
         if frozen:
-            return named(FROZEN, k=2 * k + 1, name=frozen[0])
+            return named(D["frozen"], k=2 * k + 1, name=frozen[0])
     if not isinstance(out, nn.ModuleList):
         holder = nn.Module()
         holder.blocks = out
-        return named(NOT_MODULELIST, what=type(out).__name__, seen=_n_params([holder]), total=_n_params(items))
+        return named(D["not-modulelist"], what=type(out).__name__, seen=_n_params([holder]), total=_n_params(items))
     return None
 
 
-@checker(mistakes=_DEEPEN_MISTAKES)
+@checker(mistakes=[*_DEEPEN.values(), NO_GRAD])
 def check_deepen(fn) -> Verdict:
-    """Check ``fn(blocks)`` returns an nn.ModuleList of 2L blocks: the copy of block i at 2i, a new block of the
-    same settings that starts as the identity (and can learn) at 2i + 1, no parameter shared with the given
-    blocks or between entries."""
-    if not callable(fn):
-        return judge(fn, [], None)
-    cases = [_fresh_blocks(i) for i in range(len(_DEEPEN_CASES))]
-
-    def diagnose(verdict: Verdict) -> Verdict | None:
-        if verdict.mistake == "error" and "leaf Variable that requires grad" in verdict.message:
-            return named(NO_GRAD)
-        if verdict.mistake not in _CONTENT:
-            return None
-        for i in range(len(_DEEPEN_CASES)):
-            given, = _fresh_blocks(i)
-            found = _explain_stack(fn(given), given)
-            if found is not None:
-                return found
-        return named(STACK_DIFFERS)
-
-    def facts(blocks):
-        out = fn(blocks)
-        return None if out is None else _facts(out, blocks)
-
-    return judge(facts, cases, _ideal, [],
+    """``fn(blocks)`` → 2L blocks: each given block's copy, then a new block that starts as the identity."""
+    return judge(fn, [_fresh_blocks(i) for i in range(len(_DEEPEN_CASES))], None, [NO_GRAD],
+                 properties=_explain_stack,
                  success="every block is followed by a new block of its own settings that starts as the "
-                         "identity, and no entry shares a parameter with the given blocks or another entry.",
-                 diagnose=diagnose)
+                         "identity, and no entry shares a parameter with the given blocks or another entry.")
 
 
 # --- build: read every layer with the head (the logit lens) ---------------------------------------------------------
@@ -396,13 +275,7 @@ def _fresh_lens(i: int):
 
 def _lens(X0, blocks, ln_f, head, *, read="normed", stream="raw", first=True, last=True, from_X0=False,
           reverse=False, probs=False, axis=0):
-    """Every layer read by the head; every switch's default is right, any other value plants a mistake.
-
-    ``read``: each X_l through ln_f ("normed"), "raw", or "raw-but-last". ``stream``: "raw"; "normed" (every
-    block reads ln_f of its input); "normed-after" (ln_f after every block, so X₀ reaches block 0 raw).
-    ``first``/``last``: read X₀ / X_L. ``from_X0``: every block reads X₀. ``reverse``: the blocks in reverse
-    order. ``probs``: softmax readings. ``axis``: where the layer axis goes.
-    """
+    """Every layer read by the head; every switch's default is right, any other value plants a mistake."""
     order = list(blocks)[::-1] if reverse else list(blocks)
     X, Xs = X0, [X0]
     for block in order:
@@ -476,17 +349,15 @@ def _windows_cases() -> list[tuple]:
     return [(data, 5), (data[:38], 4), (data[3:27], 6)]
 
 
-def _cut(data, T, *, n=None, stride=None, dx=0, dy=1):
-    """Windows starting at 0, stride, 2·stride, …: inputs data[s+dx : s+dx+T], targets data[s+dy : s+dy+T].
-
-    The defaults are right (stride T, as many windows as fit with their targets); others plant a mistake.
-    ``stride``: 1, or "gap" (T + 1). ``n``: "fewer" (one window fewer than fit).
-    """
-    stride = {None: T, "gap": T + 1}.get(stride, stride)
+def _cut(data, T, *, n=None, stride=None, dx=0, dy=1, roll=False, positions=torch.long):
+    """Windows starting at 0, stride, 2·stride, …: inputs data[s+dx : s+dx+T], targets data[s+dy : s+dy+T]; the
+    defaults are right, others plant a mistake."""
+    stride = {None: T, "gap": T + 1, "T-1": T - 1}.get(stride, stride)
     count = (len(data) - 1 - T) // stride + 1        # the last target, data[s + T], must exist
     count = count - 1 if n == "fewer" else count
-    idx = torch.arange(count)[:, None] * stride + torch.arange(T)
-    return data[idx + dx], data[idx + dy]
+    idx = (torch.arange(count)[:, None] * stride + torch.arange(T)).to(positions)
+    inputs = data[idx + dx]
+    return inputs, inputs.roll(-1, 1) if roll else data[idx + dy]
 
 
 _WINDOWS_MISTAKES = variants(_cut, [
@@ -498,13 +369,26 @@ _WINDOWS_MISTAKES = variants(_cut, [
      "your inputs start one token late and your targets are where the inputs should be: which of the two "
      "begins where the window begins?",
      "inputs and targets are swapped: the inputs begin at the window's start, the targets one token later."),
+    ("shifted-back", dict(dy=-1),
+     "the target of position i should be a token the model has not seen yet: is yours after position i, or "
+     "before it?",
+     "your targets are shifted the wrong way, one token back: each target is the token before its input. The "
+     "target of position i is the token right after it."),
     ("shift-by-two", dict(dy=2),
      "how far after position i is the token that position i must predict?",
      "you shifted the targets by two: the target of position i is the token right after it."),
+    ("rolled", dict(roll=True),
+     "all targets are right but the last of each window: where does your last target come from?",
+     "you rolled each window by one, so its last target wrapped round to its own first input. The last target "
+     "is the token after the window, data[s + T]."),
     ("overlapping", dict(stride=1),
      "your windows overlap: is every token an input in exactly one window?",
      "you started a window at every token. The windows follow each other: each one starts where the inputs "
      "of the one before end."),
+    ("overlap-by-one", dict(stride="T-1"),
+     "each of your windows starts on the last input of the one before: is every token an input exactly once?",
+     "you stepped by T − 1, so that a window's last input is the next window's first. Step by T: a window's "
+     "last target is the next window's first input, and no input repeats."),
     ("gap", dict(stride="gap"),
      "some tokens are never an input: where does a window start, compared with where the one before ends?",
      "you left one token between two windows, so that targets and the next inputs would not overlap. They "
@@ -513,63 +397,52 @@ _WINDOWS_MISTAKES = variants(_cut, [
     ("one-too-few", dict(n="fewer"),
      "is there room for one more window at the end of the text?",
      "the last window fits as long as its last target exists; you stopped one window early."),
-])
-
-TOO_MANY = Mistake(
+    ("float-positions", dict(positions=torch.float32),
+     "torch refused to index the text with your positions: what dtype are they?",
+     "positions that index a tensor must be integers (int64); a division or linspace makes floats."),
+]) + [Mistake(
     "one-too-many",
     "your answer is right when T does not divide the length of the text, and wrong when it does: does the "
-    "target of the last token of your last window exist?",
+    "target of the last token of your last window exist?", _cut,
     more="every input token needs the token after it as its target, so the last token of the text is never an "
-         "input: count the windows that fit in all tokens but the last.")
-FLOAT_POSITIONS = Mistake(
-    "float-positions",
-    "torch refused to index the text with your positions: what dtype are they?",
-    more="positions that index a tensor must be integers (int64); a division or linspace makes floats.")
+         "input: count the windows that fit in all tokens but the last.",
+    where=lambda case: len(case[0]) % case[1] != 0)]
+
+WIDTH = Mistake(
+    "window-width",
+    "your windows are {got} tokens wide for T = {T}: how many inputs does a window hold, and where do its "
+    "targets come from?",
+    more="a window holds T inputs; its T targets are the same positions shifted by one, so a window reads T + 1 "
+         "tokens of the text but returns two (n, T) tensors, not (n, T + 1) ones.")
 
 
-@checker(mistakes=[*_WINDOWS_MISTAKES, TOO_MANY, FLOAT_POSITIONS])
+def _width(case, got, args, watch) -> Verdict | None:
+    """WIDTH when the inputs or targets come back as windows of another width than T."""
+    T, widths = case[1], [t.shape[-1] for t in got if isinstance(t, torch.Tensor) and t.dim() == 2]
+    wrong = [w for w in widths if w != T]
+    return named(WIDTH, got=wrong[0], T=T) if wrong and len(widths) == 2 else None
+
+
+@checker(mistakes=[*_WINDOWS_MISTAKES, WIDTH])
 def check_text_windows(fn) -> Verdict:
-    """Check ``fn(data, T)`` returns (inputs, targets), each (n, T): consecutive windows of T tokens from 0 on,
-    as many as fit with their next-token targets, in the dtype of data."""
-    cases = _windows_cases()
-
-    def diagnose(verdict: Verdict) -> Verdict | None:
-        if verdict.mistake == "error" and "indices must be long" in verdict.message:
-            return named(FLOAT_POSITIONS)
-        results = []
-        for data, T in cases:
-            try:
-                got = fn(data.clone(), T)
-                want = _cut(data, T)
-                results.append(all(torch.equal(g, w) for g, w in zip(got, want, strict=True)))
-            except Exception:  # noqa: BLE001
-                results.append(False)
-        trap = [len(data) % T == 0 for data, T in cases]
-        if results == [not t for t in trap]:
-            return named(TOO_MANY)
-        return None
-
-    return judge(fn, cases, _cut, _WINDOWS_MISTAKES, diagnose=diagnose,
+    """``fn(data, T)`` → (inputs, targets), each (n, T), consecutive windows with next-token targets."""
+    return judge(fn, _windows_cases(), _cut, _WINDOWS_MISTAKES, properties=_width,
                  success="consecutive windows from the start, as many as have their targets, each target the "
                          "next token of its input.")
 
 
 # --- extend: chunked prefill and greedy generation with your own K/V cache ----------------------------------------
 
-# seed, vocab_size, d_model, h, L, pos, prompt length T0, n_new, weight scale, chunk: one model with learned positions
-# and one with RoPE. The prompt is fed in chunks of 4 (4 + 4 + 2) and 3 (3 + 3 + 2), so a chunk after the first has
-# T_q < T_k. The scale makes attention and position matter to the greedy choices (a plain random model soon repeats
-# one token whatever its context), and the head's ×8 separates the winners clearly.
+# seed, vocab_size, d_model, h, L, pos, T0, n_new, weight scale, chunk: prompts fed as 4 + 4 + 2 and 3 + 3 + 2, so a
+# later chunk has T_q < T_k; the scales make context and position decide the greedy choices.
 _GEN_CASES = ((118, 23, 16, 2, 2, "learned", 10, 8, 3.0, 4), (144, 19, 12, 3, 2, "rope", 8, 8, 2.0, 3))
 
 
 class _Shortcut(RuntimeError):
-    """Raised when the learner's generation calls the library's own cached generation."""
+    """Raised by a guarded model's own cached generation (always with one argument, so one mistake matches)."""
 
 
-_NO_GENERATE = "model.generate is the library's answer: write the loop yourself"
-_NO_CACHED_FORWARD = "model(ids, caches) is the library's cache: keep your own K and V per layer"
-_NO_CACHED_BLOCK = "a block or its attention called with cache= is the library's cache: keep your own K and V"
+_OFF_LIMITS = "model.generate, model(ids, caches) and a block called with cache= are off limits"
 
 
 def _fresh_model(i: int, guarded: bool = False):
@@ -577,7 +450,7 @@ def _fresh_model(i: int, guarded: bool = False):
     seed, vocab, d_model, h, L, pos, T0, n_new, s, chunk = _GEN_CASES[i]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = GPT(vocab, d_model, h, L, max_T=32, pos=pos).eval()
+        model = GPT(GPTConfig(vocab, d_model, h, L, max_T=32, pos=pos)).eval()
         with torch.no_grad():
             model.head.weight.mul_(8.0)
             for block in model.blocks:
@@ -594,58 +467,36 @@ def _fresh_model(i: int, guarded: bool = False):
         forward = model.forward
 
         def no_generate(*args, **kwargs):
-            raise _Shortcut(_NO_GENERATE)
+            raise _Shortcut(_OFF_LIMITS)
 
         def no_cached_forward(ids, caches=None, **kwargs):
             if caches is not None:
-                raise _Shortcut(_NO_CACHED_FORWARD)
+                raise _Shortcut(_OFF_LIMITS)
             return forward(ids, **kwargs)
 
         model.generate, model.forward = no_generate, no_cached_forward
         for module in [m for m in model.modules() if isinstance(m, (Block, MultiHeadAttention))]:
             def no_cached_call(x, *args, _forward=module.forward, cache=None, **kwargs):
                 if cache is not None:
-                    raise _Shortcut(_NO_CACHED_BLOCK)
+                    raise _Shortcut(_OFF_LIMITS)
                 return _forward(x, *args, **kwargs)
             module.forward = no_cached_call
     return model, ids, n_new, chunk
 
 
-def _top_left(Q, K, V):
-    """Attention whose mask treats the queries as positions 0…T_q−1 (aligned top-left), whatever T_k is."""
+def _masked(Q, K, V, *, mask):
+    """Attention with a wrong mask: "top-left", "one-ahead", "square-only" (causal only when T_q = T_k) or "none"."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
-    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(1)
-    S = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(future, float("-inf"))
+    start = {"top-left": 1, "one-ahead": 2 + T_k - T_q, "square-only": 1 if T_q == T_k else T_k, "none": T_k}[mask]
+    S = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(
+        torch.ones(T_q, T_k, dtype=torch.bool).triu(start), float("-inf"))
     return softmax(S) @ V
-
-
-def _one_ahead(Q, K, V):
-    """Attention whose mask lets each query read one key past its own position."""
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    future = torch.ones(T_q, T_k, dtype=torch.bool).triu(2 + T_k - T_q)
-    S = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(future, float("-inf"))
-    return softmax(S) @ V
-
-
-def _masked_if_square(Q, K, V):
-    """The causal mask only when T_q = T_k (the first chunk), none otherwise."""
-    return attention(Q, K, V, causal=Q.shape[-2] == K.shape[-2])
-
-
-def _unmasked(Q, K, V):
-    return attention(Q, K, V, causal=False)
 
 
 def _generate_variant(model, ids, n_new, chunk, *, offset="cached", attend=attention, self_first=True,
-                      keep_new=True, chunked=True):
-    """Chunked prefill, then greedy generation with a per-layer K/V cache; the keywords plant the mistakes.
-
-    ``offset``: the position given to the fed rows: the number of positions fed so far ("cached", right),
-    "zero", the number of "steps" so far, "plus-one" (one too far for the generated tokens), or the
-    "cache-length" (right while the cache grows). ``attend``: the attention used.
-    ``self_first``: append the new K and V before attending. ``keep_new``: append the generated tokens' K and V
-    to the cache. ``chunked``: feed the prompt in chunks (else whole).
-    """
+                      keep_new=True, chunked=True, mlp_norm="ln_2"):
+    """Chunked prefill, then greedy generation with a per-layer K/V cache; the defaults are right, the
+    keywords plant the mistakes."""
     past = [None] * len(model.blocks)
     T0, todo, fed, steps = ids.shape[1], ids, 0, 0
     while ids.shape[1] < T0 + n_new:
@@ -668,7 +519,7 @@ def _generate_variant(model, ids, n_new, chunk, *, offset="cached", attend=atten
             else:
                 out = attend(Q, K_all, V_all)
             X = X + block.attn.W_O(merge_heads(out))
-            X = X + block.mlp(block.ln_2(X))
+            X = X + block.mlp(getattr(block, mlp_norm)(X))
         fed, steps = fed + new.shape[1], steps + 1
         if todo.shape[1] == 0:
             todo = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
@@ -692,24 +543,24 @@ _GEN_VARIANTS = variants(_generate_variant, [
      "position, counting from 0, does the newest token sit?",
      "the newest token sits at the number of tokens before it; your offset counted the token itself as "
      "well."),
-    ("top-left-mask", dict(attend=_top_left),
+    ("top-left-mask", dict(attend=functools.partial(_masked, mask="top-left")),
      "a chunk after the first reads only the first keys of the cache: where does your mask assume that a "
      "chunk's queries sit when T_q < T_k?",
      "your mask treats a chunk's queries as positions 0 … T_q − 1, as scaled_dot_product_attention's "
      "is_causal does when T_q ≠ T_k (its triangle is aligned top-left). Query i of a chunk sits at position "
      "T_k − T_q + i and may read every key up to there, its own included."),
-    ("unmasked", dict(attend=_unmasked),
+    ("unmasked", dict(attend=functools.partial(_masked, mask="none")),
      "one new token at a time would be fine, but the prompt's chunks are not: may a query of a chunk read "
      "the keys of later tokens of the same chunk?",
      "you attended without a causal mask. A single newest token may read every key, but a chunk of several "
      "is a small prompt of its own: each of its queries still needs the causal mask, shifted to its place "
      "after the cache."),
-    ("later-chunks-unmasked", dict(attend=_masked_if_square),
+    ("later-chunks-unmasked", dict(attend=functools.partial(_masked, mask="square-only")),
      "the first chunk is right and the later ones are not: which keys does the first query of a later chunk "
      "read?",
      "you masked only when T_q equals T_k. A later chunk has T_q < T_k and still must not read its own "
      "future: its query i may read the cache and the chunk's keys up to its own."),
-    ("one-ahead", dict(attend=_one_ahead),
+    ("one-ahead", dict(attend=functools.partial(_masked, mask="one-ahead")),
      "each query of a chunk reads one key too many: which is the last key that query i of a chunk may read?",
      "your mask lets each query read the key just after its own position; its future starts one key "
      "earlier."),
@@ -717,6 +568,11 @@ _GEN_VARIANTS = variants(_generate_variant, [
      "does a new row read itself? Compare when you append a step's K and V with when you attend.",
      "you attended before appending the step's own K and V, so each new row read only the past, not itself "
      "or the rows before it in its chunk."),
+    ("ln_1-for-mlp", dict(mlp_norm="ln_1"),
+     "the tokens go wrong although positions, keys and mask may all be right: which LayerNorm reads the stream "
+     "before each block's MLP?",
+     "you normalised the MLP's input with ln_1, attention's LayerNorm. Each block has its own ln_2 for the MLP, "
+     "with a scale and shift of its own."),
     *[("cache-not-updated", dict(keep_new=False, offset=offset),
        "after the prompt, does each generated token see the tokens generated before it?",
        "the cache keeps only the prompt's K and V: each generated token's K and V must be appended too (and "
@@ -725,9 +581,8 @@ _GEN_VARIANTS = variants(_generate_variant, [
 
 
 def _observe(fn, i):
-    """Run ``fn`` on case i's fresh guarded model, watching it: (tokens, rows projected by each layer, the most
-    rows of one projection call, [(position, row)] of every row given to ln_f; the rows of one call are the last
-    positions projected so far)."""
+    """Run ``fn`` on case i's guarded model: (tokens, rows projected per layer, the most rows of one projection
+    call, [(position, row)] of every row given to ln_f)."""
     model, ids, n_new, chunk = _fresh_model(i, guarded=True)
     counts, widest, seen = [0] * len(model.blocks), [0], []
 
@@ -753,21 +608,23 @@ def _observe(fn, i):
     return got, counts, widest[0], seen
 
 
-def _generation(fn):
-    """``fn`` as judge sees it: case i → (tokens, every position projected once per layer?, no step fed more
-    than chunk rows?, every row given to ln_f equal to recomputing the whole prefix?)."""
+def _generation(fn, observed: dict | None = None):
+    """``fn`` as judge sees it: case i → (tokens, each position projected once per layer, no step wider than
+    chunk, every row given to ln_f right, the last such row); what was observed goes to ``observed[i]``."""
     def run(i):
-        got, counts, widest, seen = _observe(fn, i)
+        got, counts, widest, seen = seen_here = _observe(fn, i)
+        if observed is not None:
+            observed[i] = seen_here
         if got is None:
             return None
         _, _, _, _, _, _, T0, n_new, _, chunk = _GEN_CASES[i]
-        return got, max(counts) <= T0 + n_new, widest <= chunk, _first_bad_row(i, got, seen) is None
+        return (got, max(counts) <= T0 + n_new, widest <= chunk, _first_bad_row(i, got, seen) is None,
+                seen[-1][1] if seen else None)
     return run
 
 
 def _first_bad_row(i, got, seen) -> int | None:
-    """The first position whose row, as the learner gave it to ln_f, differs from X_L at that position when the
-    whole sequence ``got`` is run at once; None when all agree (or there were none)."""
+    """The first position whose row given to ln_f differs from X_L of the whole sequence ``got``; else None."""
     model, *_ = _fresh_model(i)
     try:
         with torch.no_grad():
@@ -782,27 +639,18 @@ def _first_bad_row(i, got, seen) -> int | None:
     return None
 
 
-def _once(f):
-    """``f(i)`` computed once per case: the reference and the planted mistakes do not depend on the answer judged
-    (judge and the diagnosis only read what they return)."""
-    return functools.lru_cache(maxsize=None)(f)
-
-
-@_once
+@functools.cache
 def _recomputed(i):
     """The reference: the library's generation without a cache, recomputing the whole prefix at every step."""
     model, ids, n_new, _ = _fresh_model(i)
     with torch.no_grad():
-        return model.generate(ids, n_new, use_cache=False), True, True, True
+        tokens = model.generate(ids, n_new, use_cache=False)
+        return tokens, True, True, True, model.hidden_states(tokens[:, :-1])[-1][:, -1]
 
 
-def _shortcut(i, *, message):
-    raise _Shortcut(message)
+def _shortcut(i):
+    raise _Shortcut(_OFF_LIMITS)
 
-
-_SHORTCUT_HINT = ("use the model's parts (embed_tokens, the blocks' ln_1, attn.qkv, attn.W_O, ln_2 and mlp, "
-                  "then ln_f and head) and keep each layer's K and V yourself: model.generate, "
-                  "model(ids, caches) and a block called with a cache are the library's answer.")
 
 NO_CACHE = Mistake(
     "no-cache",
@@ -810,23 +658,27 @@ NO_CACHE = Mistake(
     "to feed?",
     more="each step recomputed the past. Keep each layer's K and V, and feed only the rows that are new: the "
          "next chunk of the prompt, then the newest token.",
-    wrong=_once(lambda i: (_recomputed(i)[0], False, False, False)))
+    wrong=functools.cache(lambda i: (_recomputed(i)[0], False, False, False, _recomputed(i)[4])))
 CHUNK_TOO_BIG = Mistake(
     "chunk-too-big",
     "the tokens are right, but one step fed more than chunk positions to a layer: how is the prompt fed?",
     more="feed the prompt in pieces of at most chunk tokens (the last may be shorter), each reading the cache "
          "of the pieces before it; then one token at a time.",
-    wrong=_once(_generation(lambda model, ids, n_new, chunk: _generate_variant(model, ids, n_new, chunk,
+    wrong=functools.cache(_generation(lambda model, ids, n_new, chunk: _generate_variant(model, ids, n_new, chunk,
                                                                              chunked=False))))
 PROMPT_MISSING = Mistake(
     "prompt-missing",
     "your new tokens are right: what should come before them in the result?",
     more="return the prompt followed by the new tokens, (1, T0 + n_new), as model.generate does.",
-    wrong=_once(_generation(lambda model, ids, n_new, chunk:
+    wrong=functools.cache(_generation(lambda model, ids, n_new, chunk:
                             _generate_variant(model, ids, n_new, chunk)[:, ids.shape[1]:])))
-SHORTCUT = [Mistake("shortcut", _SHORTCUT_HINT, lambda i, message=message: _shortcut(i, message=message),
-                    more=_SHORTCUT_HINT + " Write the loop over the blocks and the attention step yourself.")
-            for message in (_NO_GENERATE, _NO_CACHED_FORWARD, _NO_CACHED_BLOCK)]
+SHORTCUT = Mistake(
+    "shortcut",
+    "your function called the library's answer, its own cached generation (model.generate, model(ids, caches), "
+    "or a block called with cache=). Which of the model's parts does one step of generation need?", _shortcut,
+    more="use the model's parts (embed_tokens, the blocks' ln_1, attn.qkv, attn.W_O, ln_2 and mlp, then ln_f "
+         "and head) and keep each layer's K and V in variables of your own: write the loop over the blocks and "
+         "the attention step yourself.")
 ROWS_DIFFER = Mistake(
     "rows-differ",
     "the tokens are right, but at position {p} the last layer's output differs from recomputing the whole "
@@ -839,7 +691,7 @@ TOKENS_DIFFER = Mistake(
     "the tokens differ from recomputation from position {first} on (the prompt has {T0} tokens, fed in "
     "chunks of {chunk}). Is the first wrong token in the prompt's last step or after it?",
     more="compare one cached step with model(ids) on the whole prefix, layer by layer: the first layer whose "
-         "rows differ holds the mistake (the positions of the rows, the keys they read, or the mask).")
+         "rows differ holds the mistake, in the part of the block that you wrote.")
 NOT_TOKENS = Mistake(
     "type",
     "expected a tensor of token IDs, got {what}.",
@@ -852,14 +704,13 @@ WRONG_LENGTH = Mistake(
     more="the result is (1, T0 + n_new): every new token is chosen once, after the prompt is in, and the last "
          "one is returned without being fed.")
 
-_GEN_MISTAKES = [Mistake(m.label, m.hint, _once(_generation(m.wrong)), m.more) for m in _GEN_VARIANTS] + [
-    NO_CACHE, CHUNK_TOO_BIG, PROMPT_MISSING, *SHORTCUT]
+_GEN_MISTAKES = [Mistake(m.label, m.hint, functools.cache(_generation(m.wrong)), m.more) for m in _GEN_VARIANTS] + [
+    NO_CACHE, CHUNK_TOO_BIG, PROMPT_MISSING, SHORTCUT]
 
 
-def _diagnose_generation(fn) -> Verdict | None:
-    """A plain-words verdict for tokens of the wrong type, shape or value, or a property that fails."""
-    for i in range(len(_GEN_CASES)):
-        got, counts, widest, seen = _observe(fn, i)
+def _diagnose_generation(observed: dict) -> Verdict | None:
+    """Tokens of the wrong type, shape or value, or a property that fails, read from what was observed."""
+    for i, (got, counts, widest, seen) in sorted(observed.items()):
         want = _recomputed(i)[0]
         _, _, _, _, _, _, T0, n_new, _, chunk = _GEN_CASES[i]
         if not isinstance(got, torch.Tensor):
@@ -881,13 +732,11 @@ def _diagnose_generation(fn) -> Verdict | None:
 
 @checker(mistakes=[*_GEN_MISTAKES, ROWS_DIFFER, TOKENS_DIFFER, NOT_TOKENS, WRONG_LENGTH])
 def check_cached_generation(fn) -> Verdict:
-    """Check ``fn(model, ids, n_new, chunk)``: the prompt ids (1, T0) fed in chunks of at most ``chunk`` tokens,
-    then n_new greedy tokens fed one at a time, → (1, T0 + n_new), keeping its own K and V per layer. Its tokens,
-    and the last layer's rows at every step, must equal those of recomputing the whole prefix; every position
-    must pass through each layer's projection once, and no step may feed more than ``chunk`` rows."""
-    if not callable(fn):
-        return judge(fn, [], None)
-    return judge(_generation(fn), [(i,) for i in range(len(_GEN_CASES))], _recomputed, _GEN_MISTAKES,
+    """``fn(model, ids, n_new, chunk)``: chunked prefill and greedy generation with the learner's own cache."""
+    observed: dict = {}
+    return judge(_generation(fn, observed) if callable(fn) else fn, [(i,) for i in range(len(_GEN_CASES))],
+                 _recomputed, _GEN_MISTAKES,
                  success="the same tokens and the same last-layer rows as recomputing the whole prefix, the "
                          "prompt fed in chunks and every position projected once per layer.",
-                 diagnose=lambda verdict: _diagnose_generation(fn) if verdict.mistake in _CONTENT else None)
+                 diagnose=lambda verdict: _diagnose_generation(observed) if verdict.mistake in (
+                     "values", "type", "shape", "length", "dtype", "device") else None)

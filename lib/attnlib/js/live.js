@@ -68,11 +68,11 @@ kit.liveFigure = function (root, data) {
   var thumbs = [];
   for (var l = 0; l < data.config.L; l++) {
     var line = el("div", "ax-live-row");
-    line.appendChild(el("span", "ax-live-rowname", W.block + " " + l));
+    line.appendChild(el("span", "ax-live-rowname", W.block + " " + (l + 1)));   // blocks 1 … L
     for (var hh = 0; hh < data.config.h; hh++) {
       var btn = el("button", "ax-live-thumb"), cv = el("canvas");
       btn.type = "button";
-      btn.setAttribute("aria-label", W.block + " " + l + " " + W.head + " " + hh);
+      btn.setAttribute("aria-label", W.block + " " + (l + 1) + " " + W.head + " " + hh);
       btn.setAttribute("data-layer", l);
       btn.setAttribute("data-head", hh);
       cv.setAttribute("aria-hidden", "true");

@@ -13,7 +13,7 @@ kit.attentionView = function (root, o) {
   v.name = function (i) { return i + ":" + v.labels[i]; };
   // The same words as _label in explore.py.
   v.label = function () {
-    var which = o.L > 1 ? kit.fmt(W.ofLayer, {layerLabel: o.layerLabel, layer: st.layer, head: st.head}) :
+    var which = o.L > 1 ? kit.fmt(W.ofLayer, {layerLabel: o.layerLabel, layer: st.layer + 1, head: st.head}) :
       (o.h > 1 ? kit.fmt(W.ofHead, {head: st.head}) : "");
     return kit.fmt(W.label, {which: which, T: v.T});
   };
@@ -21,7 +21,7 @@ kit.attentionView = function (root, o) {
     var lab = el("label", "ax-control"), sel = el("select", cls);
     lab.appendChild(document.createTextNode(word + " "));
     for (var k = 0; k < n; k++) {
-      var opt = el("option", null, String(k));
+      var opt = el("option", null, String(key === "layer" ? k + 1 : k));   // blocks are numbered 1 … L
       opt.value = String(k);
       sel.appendChild(opt);
     }

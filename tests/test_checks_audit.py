@@ -1,0 +1,44 @@
+"""check_audit_labels: the prediction of the labels that the audit gives a core whose mask enters after softmax."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlib import audit
+from attnlib.audit import LABELS
+from attnlib.checks import check_audit_labels, masked_after_softmax
+from attnlib.checks.audit import _LABEL_MISTAKES
+
+RIGHT = {"leak", "mask-after-softmax"}
+
+
+def test_the_core_is_what_the_exercise_says():
+    assert set(audit(masked_after_softmax, kind="core").labels) == RIGHT
+
+
+@pytest.mark.parametrize("answer", [RIGHT, frozenset(RIGHT), sorted(RIGHT), tuple(RIGHT)])
+def test_the_right_set_in_any_container_is_accepted(answer):
+    v = check_audit_labels(answer)
+    assert v.ok and str(v).startswith("✓ correct"), v
+
+
+@pytest.mark.parametrize("answer, label", [
+    (..., "stub"), (None, "stub"), ("leak", "type"), ({"leaks"}, "type"), (3, "type"),
+    (set(), "empty"), ({"mask-after-softmax"}, "missed-leak"), ({"leak"}, "missed-where"),
+])
+def test_the_typical_wrong_sets_are_named(answer, label):
+    v = check_audit_labels(answer)
+    assert not v.ok and v.mistake == label, v
+
+
+@pytest.mark.parametrize("extra", sorted(_LABEL_MISTAKES))
+def test_each_label_not_reported_is_named_as_an_extra(extra):
+    assert extra in LABELS and extra not in RIGHT
+    v = check_audit_labels(RIGHT | {extra})
+    assert not v.ok and v.mistake == f"extra-{extra}", v
+    assert check_audit_labels(RIGHT | {extra}, hint=2).message.startswith(f"`{extra}` means")
+
+
+def test_a_label_without_a_table_entry_gets_the_reported_set():
+    assert set(LABELS) - RIGHT == set(_LABEL_MISTAKES)   # every wrong label has its reason
+    assert check_audit_labels.kind == "predict"
