@@ -139,9 +139,9 @@ def test_interactive_figures_compute_the_library_weights(site, browser, build, d
                 for layer in range(data["L"]):
                     for head in range(data["h"]):
                         if data["L"] > 1:
-                            fig.locator("select.ax-layer").select_option(value=str(layer))
+                            fig.locator("select.ax-layer").select_option(index=layer)
                         if data["h"] > 1:
-                            fig.locator("select.ax-head").select_option(value=str(head))
+                            fig.locator("select.ax-head").select_option(index=head)
                         state.update(layer=layer, head=head)
                         hovered += _check_cells(page, fig, data, state, cells[:3])
                 _check_lines(fig, data, state, queries)
@@ -517,9 +517,9 @@ def test_interactive_figure_text_meets_4_5_to_1_at_every_weight(site, browser, b
                 for layer in range(data["L"]):
                     for head in range(data["h"]):
                         if data["L"] > 1:
-                            fig.locator("select.ax-layer").select_option(value=str(layer))
+                            fig.locator("select.ax-layer").select_option(index=layer)
                         if data["h"] > 1:
-                            fig.locator("select.ax-head").select_option(value=str(head))
+                            fig.locator("select.ax-head").select_option(index=head)
                         measure(f"layer {layer} head {head}")
             assert not bad, f"{where}: text below 4.5:1:\n" + "\n".join(bad[:20])
             if data["T"] <= 10:
