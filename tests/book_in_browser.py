@@ -221,8 +221,9 @@ def open_watched(browser, base: str, doc: str, outside: list[str], errors: list[
 
 
 def hide_floating_buttons(page):
-    """The "back to top" button floats over whatever a screenshot shows."""
-    page.add_style_tag(content="#pst-back-to-top { display: none !important; }")
+    """What floats over a screenshot or repeats the sidebar: the "back to top" button, the "skip to main content"
+    link (shown while it has the focus) and the header bar, whose search box repeats the sidebar's."""
+    page.add_style_tag(content="#pst-back-to-top, #pst-skip-link, header.bd-header { display: none !important; }")
 
 
 def wait_for_math(page):

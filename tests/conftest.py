@@ -23,7 +23,22 @@ SECOND_KERNEL_PATH = {
 if os.environ.get("ATTNLIB_KERNEL_PATH", "second") != "native":
     os.environ.update(SECOND_KERNEL_PATH)
 
+# One thread per xdist worker: `make test` starts one worker per core, and torch's own threads on top of them
+# fight over the same cores (on a busy 2-core machine one checker test took 12 s with two threads, 1 s with one).
+# The notebooks pin one thread themselves (`setup()`); a run without xdist keeps torch's default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)   # in case torch was imported before this file set OMP_NUM_THREADS
+
 
 # How pytest-xdist shares the suite out (`make test`: -n auto --dist loadfile). Workers take units, one at a time,
 # and a unit is a whole file by default: its module fixtures are built once, and nbval runs a notebook's cells in

@@ -8,6 +8,7 @@ attention bugs that shipped (named after their issue or pull request).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -808,3 +809,219 @@ def test_the_exercise_checker_lives_with_the_other_checkers():
     assert check_audit_prediction(42, {"scale"}).mistake == "not-callable"
     assert check_audit_prediction(lambda Q, K, V: None, {"scale"}).mistake == "none"
     assert check_audit_prediction(lambda Q, K, V: Q, {"scale"}).mistake == "shape"
+
+
+# ----------------------------------------------------------------------------- classes a fourth held-out set found
+
+def stepping_core(Q, K, V, *, own=True, chunk=1):
+    """A core that reads its queries `chunk` rows at a time, each step through the cache of the keys so far (the
+    last T_q queries are the last positions). `own=False` is the bug: a step reads the cache as it was before the
+    step's own keys were added (the first step, with an empty cache, reads itself)."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    out = []
+    for s in range(0, T_q, chunk):
+        q = Q[..., s:s + chunk, :]
+        start, n = T_k - T_q + s, q.shape[-2]   # the position of the step's first query; its width
+        cached = start + n if own or start == 0 else start
+        may_read = torch.ones(n, cached, dtype=torch.bool).tril(cached - n) if own or start == 0 else None
+        out.append(F.scaled_dot_product_attention(q, K[..., :cached, :], V[..., :cached, :], attn_mask=may_read))
+    return torch.cat(out, -2)
+
+
+class Decoder(nn.Module):
+    """A layer that decodes token by token inside forward, with a key/value cache and a residual: `bug="after"`
+    adds a token's key and value to the cache only after its query has read it (the first token reads itself);
+    `window` keeps a rolling cache of the last `window` tokens (correct sliding-window decoding)."""
+
+    def __init__(self, bug=None, window=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out, self.bug, self.window = nn.Linear(D, 3 * D), nn.Linear(D, D), bug, window
+
+    def forward(self, x):
+        B, T, C = x.shape
+        keys, values, ys = [], [], []
+        for t in range(T):
+            q, k, v = (z.view(B, 1, H, C // H).transpose(1, 2) for z in self.qkv(x[:, t:t + 1]).split(C, -1))
+            if self.bug != "after" or t == 0:
+                keys, values = keys + [k], values + [v]
+            if self.window:
+                keys, values = keys[-self.window:], values[-self.window:]
+            ys.append(F.scaled_dot_product_attention(q, torch.cat(keys, 2), torch.cat(values, 2)))
+            if self.bug == "after" and t > 0:
+                keys, values = keys + [k], values + [v]
+        return x + self.out(torch.cat(ys, 2).transpose(1, 2).reshape(B, T, C))
+
+
+class ChunkOffsetInChunks(ChunkedPrefill):
+    """Reads a prompt in chunks of three through a cache; the bug: the chunk's offset is counted in chunks (the
+    length of the list of cached chunks), not in tokens, so a later chunk's queries stop short of their own keys."""
+
+    def forward(self, ids):
+        x, ks, vs, out = self.emb(ids), [], [], []
+        for s in range(0, ids.shape[1], 3):
+            B, T, C = x[:, s:s + 3].shape
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x[:, s:s + 3]).split(C, -1))
+            offset = len(ks)   # should be s, the number of cached tokens
+            ks, vs = ks + [k], vs + [v]
+            K, V = torch.cat(ks, 2), torch.cat(vs, 2)
+            i, j = torch.arange(T)[:, None] + offset, torch.arange(K.shape[2])[None, :]
+            y = F.scaled_dot_product_attention(q, K, V, attn_mask=j <= i)
+            out.append(y.transpose(1, 2).reshape(B, T, C))
+        return self.head(x + torch.cat(out, 1))
+
+
+@pytest.mark.parametrize("make, kind, sizes", [
+    (lambda: (lambda Q, K, V: stepping_core(Q, K, V, own=False)), "core", {}),
+    (lambda: (lambda Q, K, V: stepping_core(Q, K, V, own=False, chunk=2)), "core", {}),
+    (lambda: Decoder(bug="after"), "layer", dict(d_model=D)),
+    (lambda: ChunkOffsetInChunks(bug=False), "model", dict(vocab_size=30, max_T=8)),
+], ids=["core-token-steps-read-the-cache-before-themselves", "core-chunks-read-the-cache-before-themselves",
+        "layer-cache-updated-after-the-query", "model-chunk-offset-counted-in-chunks"])
+def test_attention_in_steps_that_cannot_read_itself_is_a_mask_offset(make, kind, sizes):
+    """Each step alone reads a cache and looks like a cached step; joined, the steps show queries that do not read
+    their own keys. No leak, and no empty row, to give it away."""
+    report = audit(make(), kind=kind, **sizes)
+    assert "mask-offset" in report.labels and "leak" not in report.labels, report
+    assert "own key" in str(report)
+
+
+def test_the_steps_are_joined_into_one_picture():
+    """The four one-query steps of a core, each reading a cache: joined, they are the table of which keys each
+    query reads, its diagonal where it belongs or not."""
+    from attnlib.audit import _joined, _read, _traced
+    Q, K, V = torch.randn(3, 1, 2, 4, 8).unbind()
+    for own in (True, False):
+        facts = _read(_traced(functools.partial(stepping_core, own=own), Q, K, V)[1], "", None)[1]
+        assert len(facts["steps"]) == 4
+        found = _joined(facts["steps"], 4, 4, "")
+        assert found == [] if own else ([f.label for f in found] == ["mask-offset"]), found
+    assert "read keys 1000 / 1000 / 1100 / 1110" in found[0].message and "queries 1, 2, 3 cannot read" in str(found)
+
+
+@pytest.mark.parametrize("make, kind, sizes", [
+    (lambda: stepping_core, "core", {}),
+    (lambda: (lambda Q, K, V: stepping_core(Q, K, V, chunk=2)), "core", {}),
+    (Decoder, "layer", dict(d_model=D)),
+    (lambda: Decoder(window=2), "layer", dict(d_model=D)),
+    (lambda: ChunkedPrefill(bug=False), "model", dict(vocab_size=30, max_T=8)),
+], ids=["core-token-steps", "core-chunks", "layer-token-steps", "layer-rolling-window-cache", "model-chunks"])
+def test_correct_attention_in_steps_is_clean(make, kind, sizes):
+    report = audit(make(), kind=kind, **sizes)
+    assert report.ok, report
+
+
+class Windowed(nn.Module):
+    """Correct sliding-window attention: each query reads itself and the window − 1 keys before it. `how` builds
+    the band: "library" the additive mask of attnlib.sliding_window_mask on the score table, "sdpa" a boolean band
+    given to SDPA, "blocks" causal attention within blocks of `window` positions (local attention)."""
+
+    def __init__(self, how, window=3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out, self.how, self.window = nn.Linear(D, 3 * D), nn.Linear(D, D), how, window
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        if self.how == "library":
+            from attnlib import sliding_window_mask
+            s = q @ k.mT / math.sqrt(C // H) + sliding_window_mask(T, window=self.window, dtype=x.dtype)
+            y = s.softmax(-1) @ v
+        else:
+            band = (j <= i) & ((j > i - self.window) if self.how == "sdpa" else (j // self.window == i // self.window))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("how", ["library", "sdpa", "blocks"])
+def test_a_window_that_reads_itself_is_clean(how):
+    """A window's lower edge is not the diagonal: a band that reads itself and no later key leaks nothing."""
+    report = audit(Windowed(how), kind="layer", d_model=D)
+    assert report.ok, report
+
+
+def test_a_windowed_cached_step_is_clean_and_a_window_one_key_late_is_not():
+    from attnlib import sliding_window_mask
+
+    def windowed(Q, K, V, late=0):
+        T_q, T_k = Q.shape[-2], K.shape[-2]
+        may_read = sliding_window_mask(T_q, T_k, window=3, dtype=torch.bool)
+        return F.scaled_dot_product_attention(Q, K, V, attn_mask=may_read.roll(-late, -1) if late else may_read)
+
+    assert audit(windowed).ok
+    report = audit(lambda Q, K, V: windowed(Q, K, V, late=1))
+    assert {"mask-offset", "leak"} <= set(report.labels), report
+
+
+# ---------------------------------------------------------------------------- a class the fifth held-out set found
+
+class MHAPaddingModel(nn.Module):
+    """nn.MultiheadAttention with a causal mask and key_padding_mask = (ids == pad). A left-padded sequence's
+    first query has no key to read. In eval mode under no_grad, torch runs its fused inference path, which gives
+    NaN for that row; a traced call takes the slower path, which gives zeros, so the audit must look untraced too."""
+
+    def __init__(self, vocab_size=30, pad=1):
+        super().__init__()
+        torch.manual_seed(5)
+        self.pad, self.emb = pad, nn.Embedding(vocab_size, D)
+        self.mha, self.head = nn.MultiheadAttention(D, H, batch_first=True), nn.Linear(D, vocab_size)
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        x = self.emb(ids)   # one tensor as query, key and value: the fused path needs that
+        y, _ = self.mha(x, x, x, attn_mask=future, key_padding_mask=ids == self.pad, need_weights=False)
+        return self.head(y)
+
+
+def test_nan_that_only_the_untraced_path_gives_is_named():
+    report = audit(MHAPaddingModel().eval(), kind="model", vocab_size=30)
+    assert "nan-empty-row" in report.labels, report
+
+
+# ---------------------------------------------------------------------------- classes the sixth held-out set found
+
+def _flex_core(rule):
+    """A core on torch's flex_attention, whose score_mod runs under vmap: the trace must not read the batched
+    tensors it sees there (they cannot be read after the call), and the probes still judge the core."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def core(Q, K, V):
+        offset = K.shape[-2] - Q.shape[-2]   # the queries are the last T_q positions
+        return flex_attention(Q, K, V, score_mod=lambda s, b, h, q, k: torch.where(rule(q + offset, k), s, -math.inf))
+    return core
+
+
+@pytest.mark.parametrize("rule, labels", [
+    (lambda q, k: k <= q, set()),                       # causal: clean, and the audit does not fail on it
+    (lambda q, k: k <= q + 1, {"leak"}),                # one key too far
+])
+def test_code_whose_score_mod_is_vmapped_is_audited_by_its_probes(rule, labels):
+    report = audit(_flex_core(rule))
+    assert set(report.labels) == labels if not labels else labels <= set(report.labels), report
+
+
+class HalfPaddingModel(nn.Module):
+    """Padding blocked with float32's most negative number, added to scores of the input's dtype: fine in float32,
+    −inf in float16, and a padded query whose every key is blocked then gives NaN. Only padding brings it in."""
+
+    def __init__(self, vocab_size=30, pad=29):
+        super().__init__()
+        torch.manual_seed(6)
+        self.pad, self.emb, self.qkv = pad, nn.Embedding(vocab_size, D), nn.Linear(D, 3 * D)
+        self.head = nn.Linear(D, vocab_size)
+
+    def forward(self, ids):
+        B, T = ids.shape
+        q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in self.qkv(self.emb(ids)).split(D, -1))
+        s = q @ k.mT / math.sqrt(D // H)
+        s = s + (ids == self.pad)[:, None, None, :] * torch.finfo(torch.float32).min
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return self.head((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
+def test_a_fill_that_breaks_only_padded_half_precision_is_named():
+    report = audit(HalfPaddingModel(), kind="model", vocab_size=30)
+    assert "half-precision" in report.labels, report

@@ -235,7 +235,7 @@ CORRECT: dict[str, tuple] = {
     "check_audit_prediction": (lambda Q, K, V: (Q @ K.mT).masked_fill(torch.ones(
         Q.shape[-2], K.shape[-2], dtype=torch.bool).triu(1 + K.shape[-2] - Q.shape[-2]), -math.inf).softmax(-1) @ V,
         {"scale"}),
-    "check_audit_labels": ({"mask-after-softmax", "leak"},),
+    "check_audit_labels": ({"mask-offset", "nan-empty-row"},),
 }
 
 

@@ -1,4 +1,4 @@
-"""check_audit_labels: the prediction of the labels that the audit gives a core whose mask enters after softmax."""
+"""check_audit_labels: the prediction of the labels that the audit gives a core whose mask also blocks the diagonal."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import pytest
 
 from attnlib import audit
 from attnlib.audit import LABELS
-from attnlib.checks import check_audit_labels, masked_after_softmax
+from attnlib.checks import check_audit_labels, core_to_audit
 from attnlib.checks.audit import _LABEL_MISTAKES
 
-RIGHT = {"leak", "mask-after-softmax"}
+RIGHT = {"mask-offset", "nan-empty-row"}
 
 
 def test_the_core_is_what_the_exercise_says():
-    assert set(audit(masked_after_softmax, kind="core").labels) == RIGHT
+    assert set(audit(core_to_audit, kind="core").labels) == RIGHT
 
 
 @pytest.mark.parametrize("answer", [RIGHT, frozenset(RIGHT), sorted(RIGHT), tuple(RIGHT)])
@@ -23,8 +23,8 @@ def test_the_right_set_in_any_container_is_accepted(answer):
 
 
 @pytest.mark.parametrize("answer, label", [
-    (..., "stub"), (None, "stub"), ("leak", "type"), ({"leaks"}, "type"), (3, "type"),
-    (set(), "empty"), ({"mask-after-softmax"}, "missed-leak"), ({"leak"}, "missed-where"),
+    (..., "stub"), (None, "stub"), ("mask-offset", "type"), ({"offset"}, "type"), (3, "type"),
+    (set(), "empty"), ({"mask-offset"}, "missed-nan"), ({"nan-empty-row"}, "missed-offset"),
 ])
 def test_the_typical_wrong_sets_are_named(answer, label):
     v = check_audit_labels(answer)

@@ -19,16 +19,16 @@ from attnlib.checks import (
 )
 from attnlib.checks import (
     check_block_flops,
-    check_layer_norm,
     check_layer_norm_from_rms,
     check_mlp_in_chunks,
+    check_parallel_block,
     check_run_block,
     run_block_as_given,
 )
 from attnlib.checks._core import MORE, _close, _fresh
 from helpers import BOOK, assert_accepted, assert_each_mistake_named, assert_named, stub
 
-CHECKS = [check_layer_norm, check_mlp_in_chunks, check_run_block, check_block_flops, check_layer_norm_from_rms]
+CHECKS = [check_mlp_in_chunks, check_run_block, check_parallel_block, check_block_flops, check_layer_norm_from_rms]
 
 
 def assert_registered(check, verdict) -> None:
@@ -43,190 +43,6 @@ def named_by(check, fn, label, *fragments):
     assert_named(v, label, *fragments)
     assert_registered(check, v)
     return v
-
-
-# ------------------------------------------------------------------------------------------ LayerNorm
-def ln_ok(X, gamma, beta):
-    work = torch.promote_types(X.dtype, torch.float32)
-    x, g, b = X.to(work), gamma.to(work), beta.to(work)
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return ((x - mu) / torch.sqrt(var + 1e-5) * g + b).to(X.dtype)
-
-
-def ln_ok_var_mean(X, gamma, beta):
-    x = X.double() if X.dtype == torch.float64 else X.float()
-    var, mu = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
-    return ((x - mu) * torch.rsqrt(var + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_in_X_dtype(X, gamma, beta):
-    """The chapter's LayerNorm, computed in the input's dtype: right in float32 and float64, not in float16."""
-    mu = X.mean(-1, keepdim=True)
-    var = ((X - mu) ** 2).mean(-1, keepdim=True)
-    return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
-
-
-def ln_in_X_dtype_var(X, gamma, beta):
-    return (X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta
-
-
-def ln_sum_of_squares(X, gamma, beta):
-    """E[x²] − μ² in the input's dtype: overflows in float16."""
-    mu = X.mean(-1, keepdim=True)
-    var = (X * X).mean(-1, keepdim=True) - mu * mu
-    return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
-
-
-def ln_over_T(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    mu, var = x.mean(-2, keepdim=True), x.var(-2, keepdim=True, unbiased=False)
-    return ((x - mu) / torch.sqrt(var + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_axis_2(X, gamma, beta):
-    """The feature axis named from the front, as for (B, T, d_model), in the input's dtype."""
-    mu, var = X.mean(2, keepdim=True), X.var(2, keepdim=True, unbiased=False)
-    return (X - mu) / torch.sqrt(var + 1e-5) * gamma + beta
-
-
-def ln_axis_2_upcast(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    mu, var = x.mean(2, keepdim=True), x.var(2, keepdim=True, unbiased=False)
-    return ((x - mu) / torch.sqrt(var + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_unbiased(X, gamma, beta):
-    """torch's default var (unbiased), in float32 or wider."""
-    x = X.float() if X.dtype == torch.float16 else X
-    return ((x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_unbiased_half(X, gamma, beta):
-    """Two mistakes: the unbiased variance and float16 arithmetic; the first is still named."""
-    return (X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True) + 1e-5) * gamma + beta
-
-
-def ln_no_eps(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    mu = x.mean(-1, keepdim=True)
-    return ((x - mu) / ((x - mu) ** 2).mean(-1, keepdim=True).sqrt() * gamma + beta).to(X.dtype)
-
-
-def ln_eps_outside(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    mu = x.mean(-1, keepdim=True)
-    return ((x - mu) / (x.std(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_no_affine(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    mu = x.mean(-1, keepdim=True)
-    return ((x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)).to(X.dtype)
-
-
-def ln_no_centering(X, gamma, beta):
-    x = X.float() if X.dtype == torch.float16 else X
-    return (x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5) * gamma + beta).to(X.dtype)
-
-
-def ln_always_float32(X, gamma, beta):
-    """Upcast to float32 and return it: float32 for float16 and for float64 inputs."""
-    x, g, b = X.float(), gamma.float(), beta.float()
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * g + b
-
-
-def ln_float32_not_cast_back(X, gamma, beta):
-    """Right for float32 and float64, but float16 comes back as float32."""
-    x = X.float() if X.dtype == torch.float16 else X
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * gamma.to(x.dtype) + beta.to(x.dtype)
-
-
-def ln_always_half(X, gamma, beta):
-    return ln_ok(X.float(), gamma.float(), beta.float()).half()
-
-
-def ln_through_float32(X, gamma, beta):
-    """Computes in float32 whatever comes in, then restores the dtype: float64 keeps float32's precision."""
-    return ln_ok(X.float(), gamma.float(), beta.float()).to(X.dtype)
-
-
-def ln_in_place(X, gamma, beta):
-    """``X -= mu``: a LayerNorm that changes its input."""
-    X = X.float() if X.dtype == torch.float16 else X
-    X -= X.mean(-1, keepdim=True)
-    return ln_ok(X, gamma, beta)
-
-
-def ln_in_place_float32(X, gamma, beta):
-    X -= X.mean(-1, keepdim=True)
-    return ln_ok(X, gamma, beta)
-
-
-def ln_calls_torch(X, gamma, beta):
-    return F.layer_norm(X, X.shape[-1:], gamma, beta, 1e-5)
-
-
-def ln_calls_module(X, gamma, beta):
-    ln = torch.nn.LayerNorm(X.shape[-1], eps=1e-5, dtype=X.dtype)
-    with torch.no_grad():
-        ln.weight.copy_(gamma)
-        ln.bias.copy_(beta)
-    return ln(X).detach()
-
-
-@pytest.mark.parametrize("fn", [ln_ok, ln_ok_var_mean, ch7._ln_variant])
-def test_layer_norm_solutions_are_accepted(fn):
-    assert_accepted(check_layer_norm(fn))
-
-
-@pytest.mark.parametrize("fn, label", [
-    (ln_in_X_dtype, "float16-statistics"), (ln_in_X_dtype_var, "float16-statistics"),
-    (ln_sum_of_squares, "cancellation"),
-    (ln_over_T, "wrong-axis"), (ln_axis_2, "fixed-axis"), (ln_axis_2_upcast, "fixed-axis"),
-    (ln_unbiased, "unbiased-variance"), (ln_unbiased_half, "unbiased-variance"),
-    (ln_no_eps, "no-eps"), (ln_eps_outside, "eps-outside-sqrt"), (ln_no_affine, "no-gamma-beta"),
-    (ln_no_centering, "no-centering"),
-    (ln_always_float32, "dtype"), (ln_float32_not_cast_back, "dtype"),
-    (ln_always_half, "dtype"), (ln_through_float32, "precision"),
-    (ln_in_place, "in-place"), (ln_in_place_float32, "in-place"),
-    (ln_calls_torch, "called-layer-norm"), (ln_calls_module, "called-layer-norm"),
-    (ch7._layer_norm, "called-layer-norm"),
-    (stub, "stub"),
-])
-def test_layer_norm_mistakes_are_named(fn, label):
-    named_by(check_layer_norm, fn, label)
-
-
-def test_layer_norm_dtype_verdicts_name_both_dtypes():
-    assert_named(check_layer_norm(ln_always_float32), "dtype", "float64", "float32")
-    assert_named(check_layer_norm(ln_float32_not_cast_back), "dtype", "float16", "float32")
-    assert_named(check_layer_norm(ln_always_half), "dtype", "float16", "float32")
-    assert_named(check_layer_norm(ln_through_float32), "precision", "float32 accuracy")
-
-
-def test_layer_norm_in_place_names_the_argument():
-    assert_named(check_layer_norm(ln_in_place_float32), "in-place", "input X")
-
-
-def test_layer_norm_with_another_epsilon_fails():
-    """ε = 1e-6 differs from 1e-5 only on a row of tiny variance: the checker has one."""
-    v = check_layer_norm(lambda X, g, b: ln_ok(X, g, b) if X.shape != (5, 8) else ln_ok(X, g, b) * 1.01)
-    assert not v.ok, v
-    v = check_layer_norm(lambda X, g, b: ch7._ln_variant(X, g, b, eps="inside") if X.dim() != 2
-                         else ((X - X.mean(-1, keepdim=True)) / torch.sqrt(X.var(-1, keepdim=True, unbiased=False)
-                                                                           + 1e-6) * g + b))
-    assert not v.ok, v
-
-
-def test_the_float16_batch_really_breaks_float16_arithmetic():
-    """Control: on the float16 case the chapter's formula in float16 is far off, in float32 within tolerance."""
-    X, gamma, beta = ch7._norm_groups()[-1].cases[0]
-    exact = F.layer_norm(X.double(), X.shape[-1:], gamma.double(), beta.double(), 1e-5)
-    assert (ln_in_X_dtype(X, gamma, beta).double() - exact).abs().nan_to_num(1e9).max() > 0.02
-    assert (ln_ok(X, gamma, beta).double() - exact).abs().max() < 4e-3
 
 
 # ------------------------------------------------------------------------------------------ MLP in chunks
@@ -522,6 +338,86 @@ def test_the_notebooks_stub_is_the_function_the_checker_calls_as_given():
                                                                      "run_block_as_given")
 
 
+# ------------------------------------------------------------------------------- build: the parallel block
+def parallel_ok(X, block):
+    N = block.ln_1(X)
+    return X + block.attn(N) + block.mlp(N)
+
+
+def parallel_norm_twice(X, block):
+    return X + block.attn(block.ln_1(X)) + block.mlp(block.ln_1(X))
+
+
+def parallel_summed(X, block):
+    N = F.layer_norm(X, X.shape[-1:], block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
+    return torch.stack([X, block.attn(N), block.mlp(N)]).sum(0)
+
+
+def parallel_sequential(X, block):
+    return block(X)
+
+
+def parallel_both_norms(X, block):
+    return X + block.attn(block.ln_1(X)) + block.mlp(block.ln_2(X))
+
+
+def parallel_residual_per_branch(X, block):
+    N = block.ln_1(X)
+    return (X + block.attn(N)) + (X + block.mlp(N))
+
+
+def parallel_residual_from_copy(X, block):
+    X = block.ln_1(X)
+    return X + block.attn(X) + block.mlp(X)
+
+
+def parallel_ln_2(X, block):
+    N = block.ln_2(X)
+    return X + block.attn(N) + block.mlp(N)
+
+
+def parallel_in_place(X, block):
+    N = block.ln_1(X)
+    X += block.attn(N)
+    return X + block.mlp(N)
+
+
+@pytest.mark.parametrize("fn", [parallel_ok, parallel_norm_twice, parallel_summed, ch7._parallel_reference])
+def test_parallel_block_solutions_are_accepted(fn):
+    assert_accepted(check_parallel_block(fn))
+
+
+@pytest.mark.parametrize("fn, label", [
+    (parallel_sequential, "sequential"), (parallel_both_norms, "two-norms"),
+    (parallel_residual_per_branch, "residual-twice"), (parallel_residual_from_copy, "normed-residual"),
+    (parallel_ln_2, "ln_2"), (parallel_in_place, "in-place"),
+    (stub, "stub"),
+])
+def test_parallel_block_mistakes_are_named(fn, label):
+    named_by(check_parallel_block, fn, label)
+
+
+def test_parallel_block_blames_a_mistake_only_when_it_matches_every_case():
+    verdict = check_parallel_block(lambda X, block: parallel_sequential(X, block) if X.shape[0] == 2
+                                   else parallel_ok(X, block))
+    assert not verdict.ok and verdict.mistake == "values", verdict
+
+
+def test_the_parallel_blocks_mlp_reads_no_other_position_and_the_sequential_ones_does():
+    """Change one token: the parallel block's MLP term changes at that position only, the sequential block's F
+    (which reads H = X + A) at the later positions too; and the two layouts differ on every case."""
+    def mlp_terms(X, block):
+        return block.mlp(block.ln_1(X)), block.mlp(block.ln_2(X + block.attn(block.ln_1(X))))
+
+    with torch.no_grad():
+        for X, block in ch7._block_cases("pre"):
+            assert block.norm == "pre" and not _close(parallel_ok(X, block), block(X), 1e-3)
+            X2 = X.clone()
+            X2[:, -2] += torch.linspace(-1, 1, X.shape[-1])      # change the second-to-last token
+            (par, seq), (par2, seq2) = mlp_terms(X, block), mlp_terms(X2, block)
+            assert (par2 - par)[:, -1].abs().max() < 1e-6 < (seq2 - seq)[:, -1].abs().max()
+
+
 # ------------------------------------------------------------------------------- predict: a block's FLOPs
 T, D, H, D_FF = 10, 48, 4, 128          # the question: Block(48, h=4, d_ff=128, backend="plain") on 10 tokens
 RIGHT = 2 * T * D * 3 * D + 2 * T * D * D + 4 * T * D * D_FF + 4 * T * T * D
@@ -635,9 +531,9 @@ def test_layer_norm_from_rms_mistakes_are_named(fn, label):
 # ---- the tables of mistakes, and the hints ---------------------------------------------------------------------
 
 TABLES = [
-    (check_layer_norm, ch7._LN_TABLE, [c for g in ch7._norm_groups() for c in g.cases], ch7._layer_norm),
     (check_mlp_in_chunks, ch7._CHUNK_TABLE, ch7._mlp_cases(), ch7._mlp),
     (check_run_block, ch7._RUN_MISTAKES, ch7._block_cases(), lambda X, b: b(X)),
+    (check_parallel_block, ch7._PARALLEL_MISTAKES, ch7._block_cases("pre"), ch7._parallel_reference),
     (check_layer_norm_from_rms, ch7._RMS_TABLE, ch7._rms_cases(), ch7._layer_norm_same_dtype),
 ]
 
@@ -687,8 +583,7 @@ def test_hint_2_gives_the_second_level_without_the_pointer_to_it():
 
 def test_a_result_on_another_device_is_named():
     """The learner's tensor created without saying where it lives (here: on the meta device, which every
-    machine has) is told so, for the two exercises that create tensors of their own."""
-    assert_named(check_layer_norm(lambda X, g, b: torch.empty_like(X, device="meta")), "device")
+    machine has) is told so, for the exercise that creates tensors of its own."""
     assert_named(check_mlp_in_chunks(lambda X, W_1, b_1, W_2, b_2, chunk: torch.zeros(
         X.shape, dtype=X.dtype, device="meta")), "device")
 
@@ -697,13 +592,6 @@ def test_a_result_on_another_device_is_named():
 # Each list holds what a learner who read only the statement could write. None is accepted, none is blamed on a
 # mistake it did not make (a label given here must be the verdict's), and at least 85 % get a specific verdict.
 GENERIC = {"values", "shape", "type", "error", "length"}
-
-
-def _ln(X, gamma, beta, *, dim=-1, eps=1e-5, unbiased=False, swap=False, upcast=True, keep=True):
-    x = X.float() if upcast and X.dtype == torch.float16 else X
-    g, b = (beta, gamma) if swap else (gamma, beta)
-    y = (x - x.mean(dim, keepdim=True)) / torch.sqrt(x.var(dim, keepdim=True, unbiased=unbiased) + eps) * g + b
-    return y.to(X.dtype) if keep else y
 
 
 def _chunks(X, W_1, b_1, W_2, b_2, chunk, *, slip=None):
@@ -749,15 +637,6 @@ def _from_rms(X, gamma, beta, *, eps=1e-5, swap=False, center=True, shape=1, aft
 
 
 WRITTEN = {
-    check_layer_norm: [
-        (lambda X, g, b: _ln(X, g, b, unbiased=True), "unbiased-variance"),
-        (lambda X, g, b: _ln(X, g, b, eps=1e-6), "eps-value"),
-        (lambda X, g, b: _ln(X, g, b, swap=True), "gamma-beta-swapped"),
-        (lambda X, g, b: _ln(X, g, b, keep=False), "dtype"),
-        (lambda X, g, b: _ln(X, g, b, dim=-2), "wrong-axis"),
-        (lambda X, g, b: _ln(X, g, b, upcast=False), "float16-statistics"),
-        (lambda X, g, b: _ln(X.double(), g.double(), b.double()).float().to(X.dtype), "precision"),
-    ],
     check_mlp_in_chunks: [
         (functools.partial(_chunks, slip="whole"), None), (functools.partial(_chunks, slip="tail"), "tail-dropped"),
         (functools.partial(_chunks, slip="b_2"), "b_2-each-chunk"), (functools.partial(_chunks, slip="zeros"), None),
@@ -795,3 +674,32 @@ def test_wrong_answers_written_from_the_statements_are_rejected_and_named(check)
         assert not v.ok, v
         assert label is None or v.mistake == label, (label, v)
     assert sum(v.mistake not in GENERIC for v, _ in verdicts) >= 0.85 * len(verdicts), verdicts
+
+
+# ---- the slips of issue 35: named by class ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("check, fn, label", [
+    (check_mlp_in_chunks, lambda X, W_1, b_1, W_2, b_2, chunk: sum(
+        gelu(X @ W_1[:, a:a + chunk]) @ W_2[a:a + chunk] for a in range(0, W_1.shape[1], chunk)) + b_2, "no-b_1"),
+    (check_run_block, lambda X, block: _loop(X, block, slip=None) if block.norm == "post" else block.ln_2(
+        _loop(X, block, slip=None)), "final-norm"),
+    (check_layer_norm_from_rms, lambda X, g, b: g * F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[-1:], g,
+                                                               eps=1e-5) + b, "gamma-twice"),
+    (check_layer_norm_from_rms, functools.partial(_from_rms, axis=0), "center-wrong-axis"),
+    (check_layer_norm_from_rms, lambda X, g, b: F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[1:], eps=1e-5) * g
+     + b, "rms-wrong-axes"),
+    (check_block_flops, RIGHT - 2 * T * T * D, "causal-half"), (check_block_flops, RIGHT + 3 * 4 * T * T * D,
+                                                                "d_model-per-head"),
+])
+def test_slips_written_from_the_statements_are_named_by_class(check, fn, label):
+    assert_named(check(fn), label)
+
+
+def test_one_layernorm_for_both_sublayers_is_named():
+    def one_norm(X, block):
+        stream = X
+        for sublayer in (block.attn, block.mlp):
+            stream = block.ln_1(stream + sublayer(stream)) if block.norm == "post" else \
+                stream + sublayer(block.ln_1(stream))
+        return stream if block.norm == "pre" else _loop(X, block, slip=None)
+    assert_named(check_run_block(one_norm), "ln_1-for-mlp")

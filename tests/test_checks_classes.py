@@ -187,7 +187,15 @@ def test_the_dealt_column_order_written_with_a_transpose_is_named_as_that_mistak
         QKV = X @ W_QKV
         return QKV.view(*QKV.shape[:-1], d_k, 3).transpose(-1, -2).unbind(-2)
 
-    for answer in (dealt_by_transpose, dealt_by_slicing):
+    def dealt_by_view_T(X, W_QKV, d_k):
+        cols = torch.arange(3 * d_k).view(d_k, 3).T          # (3, d_k): the columns of Q, K and V
+        QKV = X @ W_QKV
+        return QKV[..., cols[0]], QKV[..., cols[1]], QKV[..., cols[2]]
+
+    def dealt_weight_columns(X, W_QKV, d_k):
+        return X @ W_QKV[:, 0::3], X @ W_QKV[:, 1::3], X @ W_QKV[:, 2::3]
+
+    for answer in (dealt_by_transpose, dealt_by_slicing, dealt_by_view_T, dealt_weight_columns):
         verdict = check_split_fused(answer)
         assert verdict.mistake == "unchanged" and GIVEN not in verdict.message, verdict
         assert "still computes what the function as given computes" in verdict.message

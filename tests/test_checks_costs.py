@@ -1,4 +1,4 @@
-"""The costs appendix's checkers: when a batch's KV cache outgrows the weights, and the FLOPs of T_new tokens
+"""The costs appendix's checkers: when a batch's KV cache outgrows the weights, and the FLOPs of T_q tokens
 after a cache. Each accepts the right answer in any numeric type, and names each typical wrong one without
 giving the formula."""
 
@@ -72,12 +72,12 @@ def test_the_formulas_match_a_cache_the_library_builds():
     assert sum(c.K.nbytes + c.V.nbytes for c in caches) == 12 * 2 * 2 * 32 * 2
 
 
-# --- extend: the FLOPs of T_new tokens after T_past cached ones -----------------------------------------------------
+# --- extend: the FLOPs of T_q tokens after T_past cached ones -----------------------------------------------------
 
-def chunk_flops(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    d, keys = d_model, T_past + T_new
-    block = T_new * (6 * d * d + 2 * d * d + 4 * d * d_ff) + 2 * T_new * keys * d + 2 * T_new * keys * d
-    return L * block + 2 * T_new * d * vocab_size
+def chunk_flops(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    d, keys = d_model, T_past + T_q
+    block = T_q * (6 * d * d + 2 * d * d + 4 * d * d_ff) + 2 * T_q * keys * d + 2 * T_q * keys * d
+    return L * block + 2 * T_q * d * vocab_size
 
 
 def test_chunk_flops_solution_in_any_numeric_type_and_stub():
@@ -92,8 +92,8 @@ def test_chunk_flops_solution_in_any_numeric_type_and_stub():
     assert_named(check_chunk_flops(3), "not-callable")
 
 
-def full_forward(T_past, T_new, d, h, L, d_ff, V):
-    t = T_past + T_new
+def full_forward(T_past, T_q, d, h, L, d_ff, V):
+    t = T_past + T_q
     return L * (8 * t * d * d + 4 * t * d * d_ff + 4 * t * t * d) + 2 * t * d * V
 
 

@@ -19,7 +19,7 @@ from attnlib.checks import (
     check_attention_parameters,
     check_folded_heads,
     check_heads_first,
-    check_split_heads,
+    check_per_head_writes,
     heads,
 )
 from attnlib.checks._core import _GENERAL, _LEVEL, AS_GIVEN, MORE, Group, _close
@@ -38,117 +38,110 @@ def assert_not_named(verdict, label):
     assert not verdict.ok and verdict.mistake != label, (label, verdict)
 
 
-# ------------------------------------------------------------------------------------------ split_heads
-def split_ok(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2)
+# ------------------------------------------------------------------------------------------ per-head writes
+def writes_loop(O, W_O):
+    d_v, W = O.shape[-1], W_O.weight.T                   # W: (h·d_v, d_model), the book's W_O
+    return torch.stack([O[:, n] @ W[n * d_v:(n + 1) * d_v] for n in range(O.shape[1])], dim=1)
 
 
-def split_unflatten(x, h):
-    return x.unflatten(-1, (h, -1)).movedim(-2, -3)
+def writes_einsum(O, W_O):
+    B, h, T, d_v = O.shape
+    return torch.einsum("bhtv,hvm->bhtm", O, W_O.weight.T.unflatten(0, (h, d_v)))
 
 
-def split_flatten_and_back(x, h):
-    *lead, T, d_model = x.shape
-    return split_heads(x.reshape(-1, T, d_model), h).reshape(*lead, h, T, d_model // h)
+def writes_linear(O, W_O):
+    """Each head through torch's linear, with its columns of the stored weight and no bias."""
+    d_v = O.shape[-1]
+    return torch.stack([torch.nn.functional.linear(O[:, n], W_O.weight[:, n * d_v:(n + 1) * d_v])
+                        for n in range(O.shape[1])], dim=1)
 
 
-def split_no_transpose(x, h):
-    *lead, T, d_model = x.shape
-    return x.view(*lead, h, T, d_model // h)
+def writes_one_head_at_a_time(O, W_O):
+    """Each head alone through the whole layer (the other heads zeroed), the bias taken off again."""
+    alone = torch.eye(O.shape[1], dtype=O.dtype)[:, None, :, None, None] * O      # (h, B, h, T, d_v)
+    return torch.stack([W_O(merge_heads(o)) - W_O.bias for o in alone], dim=1)
 
 
-def split_interleaved(x, h):
-    *lead, T, d_model = x.shape
-    return x.unflatten(-1, (-1, h)).movedim(-1, -3)
+def writes_stored_rows(O, W_O):
+    d_v = O.shape[-1]
+    return torch.stack([O[:, n] @ W_O.weight[n * d_v:(n + 1) * d_v] for n in range(O.shape[1])], dim=1)
 
 
-def split_wrong_axes(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2).transpose(-2, -1)
+def writes_linear_with_bias(O, W_O):
+    d_v = O.shape[-1]
+    return torch.stack([torch.nn.functional.linear(O[:, n], W_O.weight[:, n * d_v:(n + 1) * d_v], W_O.bias)
+                        for n in range(O.shape[1])], dim=1)
 
 
-def split_front_axes(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(1, 2)
+def writes_d_head(O, W_O):
+    h = O.shape[1]
+    d_head = W_O.out_features // h                       # the chapter's width, not O's
+    W = W_O.weight.T
+    return torch.stack([O[:, n] @ W[n * d_head:(n + 1) * d_head] for n in range(h)], dim=1)
 
 
-def split_heads_first(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).permute(-2, *range(len(lead)), -3, -1)
+def writes_stacked_first(O, W_O):
+    return writes_loop(O, W_O).transpose(0, 1)
 
 
-def split_flattened(x, h):
-    T, d_model = x.shape[-2:]
-    return split_heads(x.reshape(-1, T, d_model), h)
+def writes_float32_buffer(O, W_O):
+    out = torch.zeros(*O.shape[:-1], W_O.out_features)
+    d_v = O.shape[-1]
+    for n in range(O.shape[1]):
+        out[:, n] = O[:, n] @ W_O.weight.T[n * d_v:(n + 1) * d_v]
+    return out
 
 
-def split_unpacks_three(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, T, h, d_model // h).transpose(1, 2)
+def writes_merged_by_reshape(O, W_O):
+    B, h, T, d_v = O.shape
+    concat = O.reshape(B, T, h * d_v)                    # the heads side by side, without the transpose
+    W = W_O.weight.T
+    return torch.stack([concat[..., n * d_v:(n + 1) * d_v] @ W[n * d_v:(n + 1) * d_v] for n in range(h)], dim=1)
 
 
-def split_indexes_three(x, h):
-    """The page's split with the sizes read one by one: an IndexError, not the planted unpacking error."""
-    B, T, d = x.shape[0], x.shape[1], x.shape[2]
-    return x.reshape(B, T, h, d // h).transpose(1, 2)
+def writes_through_float32(O, W_O):
+    return (O.float() @ W_O.weight.T.float().unflatten(0, (O.shape[1], -1))).to(O.dtype)
 
 
-def split_keeps_two_sizes(x, h):
-    """Right for three axes; with two it cannot reshape, with four it splits the wrong axis, without raising."""
-    return x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2)
+def writes_in_place(O, W_O):
+    O.mul_(2)                                            # O is scaled where it lies, then divided back out
+    return writes_loop(O, W_O) / 2
 
 
-def split_axis_added(x, h):
-    """Treats (T, d_model) as a batch of one and keeps that axis."""
-    x = x.unsqueeze(0) if x.dim() == 2 else x
-    return x.unflatten(-1, (h, -1)).transpose(-3, -2)
-
-
-@pytest.mark.parametrize("fn", [split_ok, split_unflatten, split_flatten_and_back, heads._split_reference])
-def test_split_solutions_are_accepted(fn):
-    assert_accepted(check_split_heads(fn))
+@pytest.mark.parametrize("fn", [writes_loop, writes_einsum, writes_linear, writes_one_head_at_a_time,
+                                heads._writes_reference])
+def test_writes_solutions_are_accepted(fn):
+    assert_accepted(check_per_head_writes(fn))
 
 
 @pytest.mark.parametrize("fn, label", [
-    (split_no_transpose, "no-transpose"), (lambda x, h: torch.stack(x.chunk(h, -1), dim=-2), "not-moved"),
-    (split_interleaved, "interleaved"), (split_wrong_axes, "wrong-axes"),
-    (split_front_axes, "fixed-axes"), (split_heads_first, "heads-in-front"), (split_flattened, "lead-flattened"),
-    (lambda x, h: x.clone(), "no-split"), (split_unpacks_three, "three-axes"),
-    (split_indexes_three, "three-axes"), (split_keeps_two_sizes, "three-axes"), (split_axis_added, "no-lead"),
-    (stub, "stub"),
+    (writes_stored_rows, "orientation"), (writes_linear_with_bias, "bias-each"), (writes_d_head, "widths"),
+    (writes_stacked_first, "heads-in-front"), (lambda O, W_O: W_O(merge_heads(O)), "summed"),
+    (writes_merged_by_reshape, "merge-no-transpose"),
+    (writes_float32_buffer, "dtype"), (writes_through_float32, "precision"),
+    (writes_in_place, "in-place"), (stub, "stub"),
 ])
-def test_split_mistakes_are_named(fn, label):
-    assert_named(check_split_heads(fn), label)
+def test_writes_mistakes_are_named(fn, label):
+    assert_named(check_per_head_writes(fn), label)
 
 
-def test_split_compares_the_dtype():
-    verdict = check_split_heads(lambda x, h: split_ok(x, h).float())    # the float64 case comes back float32
-    assert_named(verdict, "dtype", "float32", "float64")
+def test_writes_blames_a_mistake_only_when_it_matches_every_case():
+    def bias_each_on_the_chapters_widths_only(O, W_O):
+        wide = O.shape[1] * O.shape[-1] == W_O.out_features
+        return writes_linear_with_bias(O, W_O) if wide else writes_loop(O, W_O)
 
-
-def test_split_names_an_input_changed_in_place():
-    def split_in_place(x, h):
-        *lead, T, d_model = x.shape
-        x.unsqueeze_(-2)                          # x itself gains an axis
-        return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2)
-
-    assert_named(check_split_heads(split_in_place), "in-place", "x")
-
-
-def test_split_blames_a_mistake_only_when_it_matches_every_case():
-    def no_transpose_only_with_two_leading_axes(x, h):
-        return split_no_transpose(x, h) if x.dim() == 4 else split_ok(x, h)
-
-    verdict = check_split_heads(no_transpose_only_with_two_leading_axes)
-    assert_not_named(verdict, "no-transpose")
+    verdict = check_per_head_writes(bias_each_on_the_chapters_widths_only)
+    assert_not_named(verdict, "bias-each")
     assert_named(verdict, "values")
 
 
-def test_split_tests_T_equal_to_d_head_and_not():
-    shapes = [(x.shape[-2], x.shape[-1] // h) for x, h in heads._split_cases()]
-    assert any(T == d for T, d in shapes) and any(T != d for T, d in shapes)
-    assert {x.dim() for x, _ in heads._split_cases()} == {2, 3, 4}
+def test_writes_cases_have_both_widths_and_the_terms_sum_to_the_layer():
+    cases = heads._writes_cases()
+    assert {heads._CHAPTER_WIDTHS(c) for c in cases} == {True, False}
+    assert all(O.shape[0] != O.shape[1] for O, _ in cases) and any(O.dtype == torch.float64 for O, _ in cases)
+    for O, W_O in cases:
+        with torch.no_grad():
+            assert _close(heads._writes_reference(O, W_O).sum(1) + W_O.bias, W_O(merge_heads(O)), 1e-5)
 
 
 # ------------------------------------------------------------------------------------------ heads-first
@@ -531,7 +524,7 @@ def test_the_chapters_listing_is_its_step_and_equals_the_layer():
 
 # ---- the tables of mistakes ---------------------------------------------------------------------------
 TABLES = [
-    (check_split_heads, heads._split_cases, heads._split_reference),
+    (check_per_head_writes, heads._writes_cases, heads._writes_reference),
     (check_heads_first, lambda: [c for g in heads._hf_cases() for c in g.cases], heads._heads_first_reference),
     (check_folded_heads, heads._folded_cases, multi_head_attention),
 ]
@@ -572,8 +565,8 @@ def test_the_variants_with_their_default_switches_are_the_references():
 
 
 def test_the_references_keep_the_inputs_dtype():
-    for x, h in heads._split_cases():
-        assert heads._split_reference(x, h).dtype == x.dtype
+    for O, W_O in heads._writes_cases():
+        assert heads._writes_reference(O, W_O).dtype == O.dtype
     for group in heads._hf_cases():
         assert isinstance(group, Group)
         X = group.cases[0][0]
@@ -593,3 +586,38 @@ def test_the_notebooks_buggy_function_is_the_librarys():
         assert torch.equal(space["folded_heads_attention"](*case), buggy_folded_attention(*case))
     verdict = check_folded_heads(space["folded_heads_attention"])                      # the page's copy
     assert verdict.mistake == "unchanged" and verdict.message.startswith(AS_GIVEN), verdict
+
+
+# ---- classes of wrong answers that must keep their names -------------------------------------------------------
+def hf_stacked_heads_merged_by_reshape(X, W_Q, W_K, W_V, W_O):   # (B, h, T, d_v) joined by a reshape alone
+    heads_ = torch.stack([attention(X @ W_Q[n], X @ W_K[n], X @ W_V[n]) for n in range(len(W_Q))], dim=1)
+    return heads_.reshape(X.shape[0], X.shape[1], -1) @ W_O.reshape(-1, W_O.shape[-1])
+
+
+def hf_einsum_merged_by_view(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    out = attention(Q, K, V)                                        # (B, h, T, d_v), contiguous
+    return out.view(X.shape[0], X.shape[1], -1) @ W_O.flatten(0, 1)
+
+
+def hf_fill_minus_1e9(X, W_Q, W_K, W_V, W_O):
+    Q, K, V = (torch.einsum("btm,hmd->bhtd", X, W) for W in (W_Q, W_K, W_V))
+    Z = (Q @ K.mT / math.sqrt(W_Q.shape[-1])).masked_fill(future(X.shape[1]), -1e9)
+    return torch.einsum("bhtv,hvm->btm", torch.softmax(Z, -1) @ V, W_O)
+
+
+@pytest.mark.parametrize("fn", [hf_sdpa_merged_by_reshape, hf_stacked_heads_merged_by_reshape,
+                                hf_einsum_merged_by_view])
+def test_heads_merged_by_a_reshape_without_transpose_are_named_at_both_levels(fn):
+    merge = next(m for m in check_heads_first.mistakes if m.label == "merge-no-transpose")
+    for level, text in ((1, merge.hint), (2, merge.more)):
+        v = check_heads_first(fn, hint=level)
+        assert_named(v, "merge-no-transpose")
+        assert v.message.startswith(text), v
+
+
+def test_heads_first_blames_a_minus_1e9_fill_in_float16_on_the_fill_value():
+    for level in (1, 2):
+        v = check_heads_first(hf_fill_minus_1e9, hint=level)
+        assert_named(v, "finite")
+        assert "dtype of its own" not in v.message and "two of your tensors" not in v.message, v

@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
-from attnlib.checks import check_head_scores, check_scaled_scores, check_unit_length_scores
+from attnlib import scale, scores
+from attnlib.checks import check_fp16_scores, check_head_scores, check_unit_length_scores
 from attnlib.checks import scaling as S
+from attnlib.checks._core import Group
 from helpers import (
     assert_accepted,
     assert_each_mistake_named,
@@ -19,120 +21,125 @@ from helpers import (
     stub,
 )
 
-# ---- Z = S / √d_k from Q and K in the sequence-first layout: (T_q, B, d_k), (T_k, B, d_k) → (B, T_q, T_k) -------
+# ---- Z = Q Kᵀ / √d_k in float16, where Q Kᵀ passes 65504 but Z fits ---------------------------------------------
 
-def scores_einsum(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K) / math.sqrt(Q.shape[-1])
-
-
-def scores_permuted(Q, K):
-    Qb, Kb = Q.permute(1, 0, 2), K.permute(1, 2, 0)          # (B, T_q, d_k), (B, d_k, T_k)
-    return Qb @ Kb / Q.shape[-1] ** 0.5
+def fp16_scale_q(Q, K):
+    return (Q / math.sqrt(Q.shape[-1])) @ K.transpose(-2, -1)
 
 
-def scores_loop(Q, K):  # one sequence at a time, into a table of the inputs' dtype
-    out = Q.new_empty(Q.shape[1], Q.shape[0], K.shape[0])
-    for b in range(Q.shape[1]):
-        out[b] = Q[:, b] @ K[:, b].T / math.sqrt(Q.shape[-1])
-    return out
+def fp16_split(Q, K):                 # d_k^¼ on each side
+    r = Q.shape[-1] ** -0.25
+    return (Q * r) @ (K * r).transpose(-2, -1)
 
 
-def scores_batch_table(Q, K):        # the product taken on the sequence-first tensors as they come
+def fp16_einsum_scale_k(Q, K):
+    return torch.einsum("...id,...jd->...ij", Q, K / math.sqrt(K.shape[-1]))
+
+
+def fp16_library(Q, K):               # the chapter's own functions, the scale put on Q
+    return scores(scale(Q, Q.shape[-1]), K)
+
+
+def fp16_float32_widened(Q, K):       # float32 goes through float64 and back: wider than what came in
+    if Q.dtype == torch.float32:
+        return fp16_scale_q(Q.double(), K.double()).float()
+    return fp16_scale_q(Q, K)
+
+
+def fp16_after(Q, K):
     return Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
 
 
-def scores_sequence_first(Q, K):
-    return torch.einsum("ibd,jbd->ibj", Q, K) / math.sqrt(Q.shape[-1])
+def fp16_by_d_k_after(Q, K):
+    return Q @ K.mT / Q.shape[-1]
 
 
-def scores_keys_on_rows(Q, K):
-    return torch.einsum("ibd,jbd->bji", Q, K) / math.sqrt(Q.shape[-1])
+def fp16_both(Q, K):
+    d = math.sqrt(Q.shape[-1])
+    return (Q / d) @ (K / d).mT
 
 
-def scores_no_transpose(Q, K):
-    return Q.transpose(0, 1) @ K.transpose(0, 1) / math.sqrt(Q.shape[-1])
+def fp16_q_by_d_k(Q, K):              # the same numbers as scaling both sides
+    return (Q / Q.shape[-1]) @ K.mT
 
 
-def scores_unscaled(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K)
+def fp16_quarter_once(Q, K):
+    return (Q / Q.shape[-1] ** 0.25) @ K.mT
 
 
-def scores_by_d_k(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K) / Q.shape[-1]
+def fp16_clamped(Q, K):
+    big = torch.finfo(Q.dtype).max
+    return (Q @ K.mT).clamp(-big, big) / math.sqrt(Q.shape[-1])
 
 
-def scores_times_sqrt(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K) * math.sqrt(Q.shape[-1])
+def fp16_upcast_k(Q, K):
+    return (Q / math.sqrt(Q.shape[-1])) @ K.float().mT
 
 
-def scores_float32(Q, K):            # a dtype trap: float64 inputs give float32 scores
-    return scores_einsum(Q.float(), K.float())
+def fp16_transpose_01(Q, K):
+    return (Q / math.sqrt(Q.shape[-1])) @ K.transpose(0, 1)
 
 
-def scores_loop_into_zeros(Q, K):    # a dtype trap: the table is created in the default dtype
-    out = torch.zeros(Q.shape[1], Q.shape[0], K.shape[0])
-    for b in range(Q.shape[1]):
-        out[b] = Q[:, b] @ K[:, b].T / math.sqrt(Q.shape[-1])
-    return out
+def fp16_upcast_and_back(Q, K):
+    return fp16_after(Q.float(), K.float()).to(Q.dtype)
 
 
-def scores_transpose_in_place(Q, K):  # transpose_ turns the caller's Q around
-    Q.transpose_(0, 1)
-    return Q @ K.permute(1, 2, 0) / math.sqrt(Q.shape[-1])
+def fp16_upcast_float32_out(Q, K):
+    return fp16_after(Q.float(), K.float())
 
 
-def scores_scale_q_in_place(Q, K):
+def fp16_bfloat16(Q, K):              # bfloat16 has float32's range, but it is not the dtype that came in
+    return fp16_after(Q.bfloat16(), K.bfloat16()).to(Q.dtype)
+
+
+def fp16_always_half(Q, K):           # "float16 out" read as: always float16
+    return fp16_scale_q(Q, K).half()
+
+
+def fp16_scale_q_in_place(Q, K):
     Q /= math.sqrt(Q.shape[-1])
-    return torch.einsum("ibd,jbd->bij", Q, K)
+    return Q @ K.mT
 
 
-@pytest.mark.parametrize("fn", [scores_einsum, scores_permuted, scores_loop])
-def test_scaled_scores_solutions_pass(fn):
-    assert_accepted(check_scaled_scores(fn))
+@pytest.mark.parametrize("fn", [fp16_scale_q, fp16_split, fp16_einsum_scale_k, fp16_library, S._planted_fp16])
+def test_fp16_scores_solutions_pass(fn):
+    assert_accepted(check_fp16_scores(fn))
 
 
-@pytest.mark.parametrize("fn, label", [
-    (scores_batch_table, "batch-table"),
-    (scores_sequence_first, "sequence-first-result"),
-    (scores_keys_on_rows, "keys-on-rows"),
-    (scores_no_transpose, "no-transpose"),
-    (scores_unscaled, "no-scale"),
-    (scores_by_d_k, "divide-by-d_k"),
-    (scores_times_sqrt, "multiply-by-sqrt"),
-    (stub, "stub"),
+@pytest.mark.parametrize("fn, label, fragments", [
+    (fp16_after, "scale-after", ["65504"]),
+    (fp16_by_d_k_after, "scale-after", ["65504"]),
+    (fp16_both, "scaled-twice", []),
+    (fp16_q_by_d_k, "scaled-twice", []),
+    (fp16_quarter_once, "fourth-root-once", []),
+    (fp16_clamped, "clamped", []),
+    (fp16_upcast_k, "upcast-K", []),
+    (fp16_transpose_01, "last-two-axes", []),
+    (fp16_upcast_and_back, "wider-dtype", ["float32"]),
+    (fp16_upcast_float32_out, "wider-dtype", ["float32"]),
+    (fp16_bfloat16, "wider-dtype", ["bfloat16"]),
+    (fp16_float32_widened, "wider-dtype", ["float64 tensor from float32"]),
+    (fp16_always_half, "dtype", ["float16", "float32"]),
+    (fp16_scale_q_in_place, "in-place", ["Q"]),
+    (lambda Q, K: fp16_scale_q(Q, K).to("meta"), "device", []),
+    (stub, "stub", []),
 ])
-def test_scaled_scores_mistakes_are_named(fn, label):
-    assert_named(check_scaled_scores(fn), label)
+def test_fp16_scores_mistakes_are_named(fn, label, fragments):
+    assert_named(check_fp16_scores(fn), label, *fragments)
 
 
-@pytest.mark.parametrize("fn", [scores_float32, scores_loop_into_zeros])
-def test_scaled_scores_in_another_dtype_are_named_dtype(fn):
-    assert_named(check_scaled_scores(fn), "dtype", "float32", "float64")
-
-
-def test_scaled_scores_on_another_device_are_named_device():
-    assert_named(check_scaled_scores(lambda Q, K: scores_einsum(Q, K).to("meta")), "device")
-
-
-@pytest.mark.parametrize("fn", [scores_transpose_in_place, scores_scale_q_in_place])
-def test_scaled_scores_that_change_q_in_place_are_named(fn):
-    assert_named(check_scaled_scores(fn), "in-place", "Q")
-
-
-def test_the_layout_cases_are_square_once_then_differ_and_include_float64():
-    cases = S._scores_cases()
-    Q, K = cases[0]
-    assert Q.shape[0] == Q.shape[1] == Q.shape[2] == K.shape[0], "the square case lets layout slips run"
-    assert any(Q.shape[0] != K.shape[0] for Q, K in cases), "T_q ≠ T_k somewhere"
-    assert any(Q.dtype == torch.float64 for Q, _ in cases)
-
-
-def test_a_mistake_that_matches_one_case_only_is_not_blamed():
-    def unscaled_on_square_inputs_only(Q, K):
-        s = scores_einsum(Q, K)
-        return s * math.sqrt(Q.shape[-1]) if Q.shape[0] == Q.shape[1] else s
-
-    assert_named(check_scaled_scores(unscaled_on_square_inputs_only), "values")
+def test_the_fp16_cases_overflow_before_the_division_only():
+    """Each float16 case has raw scores past 65504 and none near it, every |Z| below half of it, some raw scores
+    that fit, and two to four axes; float32 and float64 follow."""
+    groups = S._fp16_groups()
+    half = [g.cases[0] for g in groups if g.cases[0][0].dtype == torch.float16]
+    assert sorted(Q.dim() for Q, _ in half) == [2, 3, 4]
+    for Q, K in half:
+        raw = Q.double() @ K.double().mT
+        assert (raw.abs() > 65504).any() and (raw.abs() < 65504).any()
+        assert ((raw.abs() / 65504 - 1).abs() > 0.1).all(), "no raw score near the edge"
+        assert (raw / math.sqrt(Q.shape[-1])).abs().max() < 65504 / 2
+    assert {Q.dtype for g in groups for Q, _ in g.cases} == {torch.float16, torch.float32, torch.float64}
 
 
 # ---- find the bug: the score table built by broadcasting ---------------------------------------------------------
@@ -218,19 +225,22 @@ def test_the_bug_hunt_cases_have_d_k_apart_from_d_model_and_t():
 # ---- every function checker of the chapter -----------------------------------------------------------------------
 
 
-# Mistakes that agree with the answer (or with another mistake) on the first case by design: a scale by √B, √T_q or
-# √T_k and a reshape on the square case, a transpose of the first two axes on one sequence. A later case tells them.
-LATER = {"reshape", "sqrt-B", "sqrt-T_q", "sqrt-T_k", "first-two-axes"}
+# Mistakes that agree with the answer on the first case by design (a transpose of the first two axes on one
+# sequence) or raise on a later one (that transpose of K, and K in float32, on a batch): a later case tells them.
+LATER = {"first-two-axes", "last-two-axes", "upcast-K"}
+RAISE = {"last-two-axes", "upcast-K"}   # named with the error they raise added to the hint
 
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():
-    for check, cases, reference, mistakes, later in [
-        (check_scaled_scores, S._scores_cases(), S._scores_reference, S._SCORES_MISTAKES, 2),
-        (check_head_scores, S._head_cases(), S._head_reference, S._HEAD_MISTAKES, 1),
+    for check, cases, reference, mistakes in [
+        (check_fp16_scores, [g.cases[0] for g in S._fp16_groups()], S._fp16_reference, S._FP16_MISTAKES),
+        (check_head_scores, S._head_cases(), S._head_reference, S._HEAD_MISTAKES),
     ]:
-        assert_each_mistake_named(check, mistakes)
-        assert_mistakes_distinct(cases[0], reference, [m for m in mistakes if m.label not in LATER])
-        assert_mistakes_distinct(cases[later], reference, [m for m in mistakes if m.label in LATER])
+        assert_each_mistake_named(check, [m for m in mistakes if m.label not in RAISE])
+        assert_each_mistake_named(check, [m for m in mistakes if m.label in RAISE], exact=False)
+        assert_mistakes_distinct(cases[0], reference, list({m.label: m for m in mistakes
+                                                              if m.label not in LATER}.values()))
+        assert_mistakes_distinct(cases[1], reference, [m for m in mistakes if m.label in LATER - RAISE])
         assert set(mistakes) <= set(check.mistakes), "every mistake the checker can name is registered"
 
 
@@ -238,28 +248,30 @@ def test_each_planted_function_with_no_switch_is_the_answer():
     """A table's planted function means "correct" by default, so a row's switches are the whole mistake."""
     from attnlib.checks._core import _close
 
-    for wrong, cases, reference in [(S._planted_scores, S._scores_cases(), scores_einsum),
-                                    (S._planted_head, S._head_cases(), head_matmul)]:
-        for case in cases:
-            assert _close(wrong(*case), reference(*case), 1e-5), wrong.__name__
+    for wrong, groups, reference in [(S._planted_fp16, S._fp16_groups(), S._fp16_reference),
+                                     (S._planted_head, [Group(S._head_cases(), 1e-5)], head_matmul)]:
+        for group in groups:
+            for case in group.cases:
+                assert _close(wrong(*case), reference(*case), group.atol), wrong.__name__
 
 
 def test_the_references_keep_the_inputs_dtype():
-    for Q, K in S._scores_cases():
-        assert S._scores_reference(Q, K).dtype == Q.dtype
+    for group in S._fp16_groups():
+        for Q, K in group.cases:
+            assert S._fp16_reference(Q, K).dtype == Q.dtype
     for X, W_Q, W_K in S._head_cases():
         assert S._head_reference(X, W_Q, W_K).dtype == X.dtype
 
 
 def test_the_second_hint_level_says_more_and_the_first_points_to_it():
-    first, second = check_scaled_scores(scores_batch_table), check_scaled_scores(scores_batch_table, hint=2)
-    assert_named(first, "batch-table", "hint=2")
-    assert_named(second, "batch-table", "batch axis to the front")
+    first, second = check_fp16_scores(fp16_after), check_fp16_scores(fp16_after, hint=2)
+    assert_named(first, "scale-after", "hint=2")
+    assert_named(second, "scale-after", "moved it once already")
     assert "hint=2" not in second.message
 
 
 @pytest.mark.parametrize("check, solutions", [
-    (check_scaled_scores, [scores_einsum, scores_permuted]),
+    (check_fp16_scores, [fp16_scale_q, fp16_split, fp16_einsum_scale_k]),
     (check_head_scores, [head_fixed, head_matmul]),
 ])
 def test_no_first_level_hint_holds_the_code_of_another_solution(check, solutions):

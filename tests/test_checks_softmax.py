@@ -626,3 +626,32 @@ def test_a_mistake_made_on_one_case_only_is_not_blamed_on_the_others():
         return log_softmax_naive(z) if z.dtype == torch.float16 else log_softmax_solution(z)
     v = check_log_softmax(naive_in_float16_only)
     assert not v.ok and v.mistake == "values", v
+
+
+# ---- classes of wrong answers that must keep their names -------------------------------------------------------
+
+def einsum_head_P_transposed_times_V(Q, K, V):   # the bug as given, written as Pᵀ @ V: edited code, same mistake
+    Z = torch.einsum("bid,bjd->bij", Q, K) / math.sqrt(Q.shape[-1])
+    P = torch.softmax(Z.masked_fill(future(Z.shape[-1]), float("-inf")), dim=-1)
+    return P.transpose(-2, -1) @ V
+
+
+def test_an_edited_head_computing_P_transposed_V_is_not_told_it_is_the_function_as_given():
+    for level in (1, 2):
+        v = check_fixed_head(einsum_head_P_transposed_times_V, hint=level)
+        assert_named(v, "unchanged")
+        assert AS_GIVEN not in v.message, v
+    assert check_fixed_head(einsum_head_P_transposed_times_V).message.startswith(SAME_AS_GIVEN)
+
+
+def top_k_minus_1e9_in_a_new_tensor(Z, V, k):   # the finite stand-in written with full_like, in Z's dtype
+    return torch.softmax(torch.where(kept(Z, k), Z, torch.full_like(Z, -1e9)), dim=-1) @ V
+
+
+@pytest.mark.parametrize("fn", [top_k_minus_1e9, top_k_minus_1e9_in_a_new_tensor])
+def test_a_minus_1e9_fill_in_float16_is_blamed_on_the_fill_value_at_both_levels(fn):
+    for level in (1, 2):
+        v = check_top_k_attention(fn, hint=level)
+        assert_named(v, "finite")
+        assert "two of your tensors" not in v.message and "different dtypes" not in v.message, v
+    assert "fill value" in check_top_k_attention(fn).message

@@ -675,3 +675,65 @@ def test_the_statements_loop_is_accepted():
     assert_accepted(check_cached_generation(_generate))
     assert_accepted(check_text_windows(functools.partial(_windows, slip=None)))
     assert_accepted(check_logit_lens(_lens))
+
+
+# ---- the slips of issue 35: named by class, not by a shape or a first differing token ---------------------------
+
+def test_windows_of_the_wrong_count_are_named_and_another_integer_dtype_is_kept():
+    def padded(data, T):                                  # a last window filled up with zeros: one too many
+        n = -(-(len(data) - 1) // T)
+        full = torch.cat([data, data.new_zeros(n * T + 1 - len(data))])
+        return full[:-1].view(n, T), full[1:].view(n, T)
+
+    def rolled_whole(data, T):                            # len // T windows, the last target wraps round
+        x = data[:len(data) // T * T]
+        return x.view(-1, T), x.roll(-1).view(-1, T)
+
+    assert_named(check_text_windows(padded), "one-too-many", "does the target")
+    assert_named(check_text_windows(rolled_whole), "one-too-many")
+    assert_named(check_text_windows(lambda data, T: tuple(w[:-1] for w in windows_ok(data, T))), "one-too-few")
+    assert_named(check_text_windows(lambda data, T: windows_ok(data[(len(data) - 1) % T:], T)), "aligned-to-end")
+    assert_named(check_text_windows(lambda data, T: tuple(t.long() for t in windows_ok(data, T))), "dtype")
+    assert any(data.dtype != torch.int64 for data, _ in stack._windows_cases())
+
+
+def test_logit_lens_readings_concatenated_on_the_batch_axis_are_named():
+    assert_named(check_logit_lens(lambda X0, blocks, ln_f, head: torch.cat(list(lens_ok(X0, blocks, ln_f, head)))),
+                 "concatenated")
+
+
+@pytest.mark.parametrize("slip, label", [
+    ("is-causal", "top-left-mask"), ("no-mask", "unmasked"), ("embed-only", "no-offset"), ("qkv-only", "no-offset"),
+    ("overwrite", "cache-overwritten"), ("alone", "chunks-alone"), ("refeed", "last-token-twice"),
+])
+def test_cached_generation_slips_are_named_by_their_tokens(slip, label):
+    """Written another way than the planted slips (SDPA, the last token fed once more): the rows behind the tokens
+    differ from the planted ones, the greedy tokens do not, and the slip is named by them."""
+    def generate(model, ids, n_new, chunk):
+        Ks, Vs, T0 = [None] * len(model.blocks), [None] * len(model.blocks), ids.shape[1]
+
+        def feed(piece, at):
+            X = model.embed_tokens(piece, 0 if slip == "embed-only" else at)
+            for l, block in enumerate(model.blocks):
+                Q, K, V = block.attn.qkv(block.ln_1(X), 0 if slip == "qkv-only" else at)
+                if Ks[l] is not None and slip != "overwrite":
+                    K, V = torch.cat([Ks[l], K], -2), torch.cat([Vs[l], V], -2)
+                Ks[l], Vs[l] = K, V
+                if slip == "alone" and at < T0:
+                    K, V = K[..., -Q.shape[-2]:, :], V[..., -Q.shape[-2]:, :]
+                A = (F.scaled_dot_product_attention(Q, K, V, is_causal=True) if slip == "is-causal" else
+                     F.scaled_dot_product_attention(Q, K, V) if slip == "no-mask" else _sdpa_bottom_right(Q, K, V))
+                X = X + block.attn.W_O(merge_heads(A))
+                X = X + block.mlp(block.ln_2(X))
+            return model.head(model.ln_f(X))
+
+        for s in range(0, T0, chunk):
+            logits = feed(ids[:, s:s + chunk], s)
+        if slip == "refeed":
+            logits = feed(ids[:, -1:], T0 - 1)
+        for _ in range(n_new):
+            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            logits = feed(ids[:, -1:], ids.shape[1] - 1)
+        return ids
+
+    assert_named(check_cached_generation(generate), label)

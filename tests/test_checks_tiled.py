@@ -106,7 +106,7 @@ def combine_not_divided(O_parts, lse_parts):
     return (w[..., None] * O_parts).sum(0), m + torch.log(w.sum(0))
 
 
-def combine_lse_as_l(O_parts, lse_parts):
+def combine_lse_as_ell(O_parts, lse_parts):
     """lse_s read as the sum ℓ_s itself."""
     w = lse_parts / lse_parts.sum(0)
     return (w[..., None] * O_parts).sum(0), torch.logsumexp(lse_parts, 0)
@@ -176,7 +176,7 @@ def test_the_combined_splits_are_one_pass_over_all_the_keys():
 COMBINE_WRONG = [
     (combine_mean, "equal-weights"), (combine_unshifted, "overflow"), (combine_lse_by_hand, "overflow"),
     (combine_lse_max, "lse-max"), (combine_lse_sum, "lse-sum"), (combine_softmax_last_axis, "rows"),
-    (combine_not_divided, "unnormalised"), (combine_lse_as_l, "lse-as-weights"),
+    (combine_not_divided, "unnormalised"), (combine_lse_as_ell, "lse-as-weights"),
     (combine_mean_and_max, "equal-weights"), (combine_scaled_in_place, "in-place"),
     (combine_into_float32_zeros, "dtype"), (combine_clamped, "values"),
     (combine_largest_split, "largest-split"), (combine_over_rows, "wrong-axis"),
@@ -243,6 +243,7 @@ def test_tile_count_right_number_is_accepted():
     (6 + 7 + 7, "full-blocks-only"),                           # 20: the short blocks left out
     (7, "diagonal-only"),
     (16, "half"),
+    (5 + 6 + 7 + 7, "key-index"),                              # 25: each block's key blocks counted 0 … k as k
     (30, "values"), (28, "values"), (29.5, "values"),
     (..., "stub"), (None, "stub"), ("29", "type"),
 ])
@@ -272,7 +273,7 @@ def _q_outer(Q, K, V, b_q, b_k, update):
         q1 = min(q0 + b_q, T_q)
         pos = torch.arange(q0, q1) + T_k - T_q
         m = torch.full(Q.shape[:-2] + (q1 - q0,), -INF, dtype=Q.dtype)
-        l, O = torch.zeros_like(m), torch.zeros(*m.shape, V.shape[-1], dtype=Q.dtype)
+        ell, O = torch.zeros_like(m), torch.zeros(*m.shape, V.shape[-1], dtype=Q.dtype)
         for k0 in range(0, int(pos[-1]) + 1, b_k):
             k1 = min(k0 + b_k, T_k)
             Z = (Q[..., q0:q1, :] @ K[..., k0:k1, :].mT) / math.sqrt(Q.shape[-1])
@@ -280,20 +281,20 @@ def _q_outer(Q, K, V, b_q, b_k, update):
             m_new = torch.maximum(m, Z.amax(-1))
             P = (Z - m_new[..., None]).exp()
             alpha = (m - m_new).exp()
-            m, l, O = m_new, *update(l, O, alpha, P, P @ V[..., k0:k1, :])
-        outs.append(O / l[..., None])
+            m, ell, O = m_new, *update(ell, O, alpha, P, P @ V[..., k0:k1, :])
+        outs.append(O / ell[..., None])
     return torch.cat(outs, dim=-2)
 
 
 def fixed_ok(Q, K, V, b_q, b_k):
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (a * l + P.sum(-1), a[..., None] * O + PV))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (a * ell + P.sum(-1), a[..., None] * O + PV))
 
 
 def fixed_by_cloning(Q, K, V, block_q, block_k):
     """The buggy function's own structure, with the old maxima copied before m is written."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
     m = Q.new_full(Q.shape[:-1], -INF)
-    l = Q.new_zeros(Q.shape[:-1])
+    ell = Q.new_zeros(Q.shape[:-1])
     O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])
     pos = torch.arange(T_k - T_q, T_k)
     for k0 in range(0, T_k, block_k):
@@ -308,35 +309,35 @@ def fixed_by_cloning(Q, K, V, block_q, block_k):
             m[..., rows] = torch.maximum(m_old, Z.amax(-1))
             r = torch.exp(m_old - m[..., rows])
             P = torch.exp(Z - m[..., rows, None])
-            l[..., rows] = r * l[..., rows] + P.sum(-1)
+            ell[..., rows] = r * ell[..., rows] + P.sum(-1)
             O[..., rows, :] = r[..., None] * O[..., rows, :] + torch.einsum("...qk,...kd->...qd", P, V[..., keys, :])
-    return O / l[..., None]
+    return O / ell[..., None]
 
 
 def fixed_wrong_sign(Q, K, V, b_q, b_k):
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (l / a + P.sum(-1), O / a[..., None] + PV))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (ell / a + P.sum(-1), O / a[..., None] + PV))
 
 
 def fixed_after_adding(Q, K, V, b_q, b_k):
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (a * (l + P.sum(-1)), a[..., None] * (O + PV)))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (a * (ell + P.sum(-1)), a[..., None] * (O + PV)))
 
 
 def fixed_O_only(Q, K, V, b_q, b_k):
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (l + P.sum(-1), a[..., None] * O + PV))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (ell + P.sum(-1), a[..., None] * O + PV))
 
 
-def fixed_l_only(Q, K, V, b_q, b_k):
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (a * l + P.sum(-1), O + PV))
+def fixed_ell_only(Q, K, V, b_q, b_k):
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (a * ell + P.sum(-1), O + PV))
 
 
 def fixed_with_the_factor_dropped(Q, K, V, b_q, b_k):
     """Removing the factor that was always 1 changes nothing: the same output as the function as given."""
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (l + P.sum(-1), O + PV))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (ell + P.sum(-1), O + PV))
 
 
 def fixed_forgetting_earlier_blocks(Q, K, V, b_q, b_k):
     """The state started again at every key block."""
-    return _q_outer(Q, K, V, b_q, b_k, lambda l, O, a, P, PV: (P.sum(-1), PV))
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (P.sum(-1), PV))
 
 
 def fixed_in_float32(Q, K, V, b_q, b_k):
@@ -358,7 +359,7 @@ def test_fixed_tiled_attention_solutions_are_accepted():
 @pytest.mark.parametrize("fn, label", [
     (buggy_tiled_attention, "unchanged"), (fixed_with_the_factor_dropped, "unchanged"),
     (fixed_wrong_sign, "wrong-sign"), (fixed_after_adding, "rescale-after-add"),
-    (fixed_O_only, "l-not-rescaled"), (fixed_l_only, "O-not-rescaled"),
+    (fixed_O_only, "ell-not-rescaled"), (fixed_ell_only, "O-not-rescaled"),
     (fixed_in_float32, "dtype"), (fixed_scaling_Q_in_place, "in-place"), (stub, "stub"),
     (fixed_forgetting_earlier_blocks, "state-forgotten"),
 ])
@@ -408,3 +409,53 @@ def test_every_mistake_the_checkers_name_is_registered_with_two_hint_levels():
         labels = {m.label for m in check.mistakes}
         assert {m.label for m in table} <= labels
         assert all(m.more for m in table), check.__name__
+
+
+# ---------------------------------------------------------------- classes that once misled: each with its own answer
+def combine_overflow_replaced(O_parts, lse_parts):
+    """exp(lse_s) with its overflow replaced by a large finite number: finite everywhere, wrong for large scores."""
+    w = lse_parts.exp().nan_to_num(posinf=1e300)
+    return (w[..., None] * O_parts).sum(0) / w.sum(0)[..., None], w.sum(0).log()
+
+
+def test_an_answer_with_no_inf_or_nan_is_never_told_it_holds_one():
+    assert all(torch.isfinite(t).all() for c in M._split_cases() for t in combine_overflow_replaced(*c))
+    verdict = check_combine_splits(combine_overflow_replaced)
+    assert not verdict.ok and verdict.mistake != "overflow", verdict
+    for text in (verdict.message, verdict.hint(2).message):
+        assert "NaN" not in text and "holds inf" not in text, text
+
+
+def _key_outer_fixed(Q, K, V, block_q, block_k, *, p_old=False, tile_max=False):
+    """The buggy function's loops with m_old copied; P against the old maximum, or m the tile's own maximum."""
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    m, ell = Q.new_full(Q.shape[:-1], -INF), Q.new_zeros(Q.shape[:-1])
+    O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])
+    pos = torch.arange(T_k - T_q, T_k)
+    for k0 in range(0, T_k, block_k):
+        keys = torch.arange(k0, min(k0 + block_k, T_k))
+        for q0 in range(0, T_q, block_q):
+            rows = slice(q0, q0 + block_q)
+            if keys[0] > pos[rows][-1]:
+                continue
+            Z = Q[..., rows, :] @ K[..., keys, :].mT / math.sqrt(Q.shape[-1])
+            Z = Z.masked_fill(keys > pos[rows, None], -INF)
+            m_old = m[..., rows].clone()
+            m[..., rows] = Z.amax(-1) if tile_max else torch.maximum(m_old, Z.amax(-1))
+            r = torch.exp(m_old - m[..., rows])
+            P = torch.exp(Z - (m_old if p_old else m[..., rows])[..., None])
+            ell[..., rows] = r * ell[..., rows] + P.sum(-1)
+            O[..., rows, :] = r[..., None] * O[..., rows, :] + P @ V[..., keys, :]
+    return O / ell[..., None]
+
+
+def test_p_against_the_old_maximum_is_named_without_claiming_the_factor_is_above_1():
+    verdict = check_fixed_tiled_attention(lambda *a: _key_outer_fixed(*a, p_old=True))
+    assert verdict.mistake == "wrong-sign" and "NaN" in verdict.message, verdict
+    for text in (verdict.message, verdict.hint(2).message):
+        assert "above 1" not in text, text
+    assert_accepted(check_fixed_tiled_attention(_key_outer_fixed))
+
+
+def test_a_maximum_taken_over_the_tile_alone_is_named():
+    assert_named(check_fixed_tiled_attention(lambda *a: _key_outer_fixed(*a, tile_max=True)), "tile-max-only", "NaN")

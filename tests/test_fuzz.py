@@ -465,10 +465,10 @@ def entry_block(data):
 
 
 def entry_kv_extend(data):
-    d = _dims(data, "B", "h", "T_new", "d_head")
+    d = _dims(data, "B", "h", "T_q", "d_head")
     return Entry("KVCache.extend", lambda K, V: KVCache().extend(K, V),
-                 {"K_new": Arg("B h T_new d_head", linked=("B", "h", "T_new", "d_head")),
-                  "V_new": Arg("B h T_new d_head", linked=("B", "h", "T_new", "d_head"))}, d)
+                 {"K_new": Arg("B h T_q d_head", linked=("B", "h", "T_q", "d_head")),
+                  "V_new": Arg("B h T_q d_head", linked=("B", "h", "T_q", "d_head"))}, d)
 
 
 @functools.cache
@@ -1112,9 +1112,9 @@ def test_online_softmax_of_rows_that_start_blocked_equals_softmax(data):
     readable = torch.tensor([k < n for k in blocked])
     assert not got[readable].isnan().any()
     torch.testing.assert_close(got, softmax(S), rtol=0, atol=1e-15, equal_nan=True)
-    m, l = S.new_full((3,), float("-inf")), S.new_zeros(3)
-    _, l_new, rescale, P_blk = run(lambda: online_softmax_step(m, l, S[:, :block]))
-    assert not (l_new.isnan().any() or rescale.isnan().any() or P_blk.isnan().any())
+    m, ell = S.new_full((3,), float("-inf")), S.new_zeros(3)
+    _, ell_new, rescale, P_blk = run(lambda: online_softmax_step(m, ell, S[:, :block]))
+    assert not (ell_new.isnan().any() or rescale.isnan().any() or P_blk.isnan().any())
     CASES["legitimate variants accepted"] += 1
 
 

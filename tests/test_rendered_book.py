@@ -332,13 +332,14 @@ def shots_dir(tmp_path_factory) -> pathlib.Path:
 def test_screenshot_launch_menu(site, browser, build, shots_dir):
     doc = _plot_page(build) or CHAPTERS[0]
     outside: list[str] = []
-    context, page = new_page(browser, site, outside, width=1200, height=600)   # wider adds a second search bar
+    context, page = new_page(browser, site, outside, width=1200, height=600)   # both sidebars and the article
     try:
         page.goto(site + f"{doc}.html", wait_until="load")
         wait_for_math(page)
         page.locator(".dropdown-launch-buttons button").first.click()
         page.locator(".dropdown-launch-buttons a[href*='colab']").first.wait_for(state="visible", timeout=5_000)
         page.wait_for_timeout(300)
+        hide_floating_buttons(page)
         page.screenshot(path=str(shots_dir / "launch-buttons.png"))
     finally:
         context.close()

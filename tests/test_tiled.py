@@ -60,12 +60,12 @@ def test_online_softmax_of_the_worked_example_is_softmax():
 
 
 def test_one_step_rescales_the_old_sum_when_the_max_grows():
-    m, l = torch.tensor([0.3], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
+    m, ell = torch.tensor([0.3], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
     Z_blk = torch.tensor([[2.1, 5.2]], dtype=torch.float64)
-    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, Z_blk)
+    m_new, ell_new, rescale, P_blk = online_softmax_step(m, ell, Z_blk)
     assert m_new.item() == 5.2
     assert rescale.item() == pytest.approx(math.exp(0.3 - 5.2), rel=1e-15)
-    assert l_new.item() == pytest.approx(math.exp(0.3 - 5.2) + math.exp(2.1 - 5.2) + 1.0, rel=1e-15)
+    assert ell_new.item() == pytest.approx(math.exp(0.3 - 5.2) + math.exp(2.1 - 5.2) + 1.0, rel=1e-15)
     assert torch.equal(P_blk, torch.exp(Z_blk - 5.2))
 
 
@@ -215,7 +215,7 @@ def test_bad_running_statistics():
     Z_blk = torch.zeros(3, 4)
     with pytest.raises(ValueError, match=r"m must hold one number per row of Z_blk, shape \(3,\).*got \(4,\)"):
         online_softmax_step(torch.zeros(4), torch.zeros(3), Z_blk)
-    with pytest.raises(TypeError, match="Z_blk has dtype torch.float32 but l has dtype torch.float64"):
+    with pytest.raises(TypeError, match="Z_blk has dtype torch.float32 but ell has dtype torch.float64"):
         online_softmax_step(torch.zeros(3), torch.zeros(3, dtype=torch.float64), Z_blk)
     with pytest.raises(ValueError, match="block must be a positive integer, got 0"):
         online_softmax(Z_blk, 0)
@@ -253,14 +253,14 @@ def test_the_recomputing_backward_equals_autograd_through_the_plain_path(batch, 
 
 def test_the_row_statistics_give_back_the_weights_and_the_backward_takes_them():
     Q, K, V = qkv(2, T_q=9, T_k=11, seed=2)
-    out, m, l = tiled_attention(Q, K, V, block_q=4, block_k=3, return_stats=True)
-    assert m.shape == l.shape == (2, 9) and torch.equal(out, tiled_attention(Q, K, V, block_q=4, block_k=3))
+    out, m, ell = tiled_attention(Q, K, V, block_q=4, block_k=3, return_stats=True)
+    assert m.shape == ell.shape == (2, 9) and torch.equal(out, tiled_attention(Q, K, V, block_q=4, block_k=3))
     Z = Q @ K.mT / math.sqrt(Q.shape[-1]) + torch.zeros(9, 11).masked_fill(
         torch.ones(9, 11, dtype=torch.bool).tril(2).logical_not(), float("-inf")).double()
-    P = torch.exp(Z - m[..., None]) / l[..., None]
+    P = torch.exp(Z - m[..., None]) / ell[..., None]
     assert (P - attention(Q, K, V, return_weights=True)[1]).abs().max() <= 1e-14
     dO = torch.randn_like(out)
-    dQ, dK, dV = tiled_attention_backward(Q, K, V, out, m, l, dO, block_q=2, block_k=5)   # other tiles: same
+    dQ, dK, dV = tiled_attention_backward(Q, K, V, out, m, ell, dO, block_q=2, block_k=5)   # other tiles: same
     want = grads(lambda q, k, v: attention(q, k, v), Q, K, V, dO)[1:]
     for g, w in zip((dQ, dK, dV), want):
         assert (g - w).abs().max() <= 1e-12
@@ -288,11 +288,11 @@ def test_the_recomputing_path_keeps_only_q_k_v_o_and_two_numbers_per_row():
 
 def test_bad_backward_arguments():
     Q, K, V = qkv(2, T_q=5)
-    out, m, l = tiled_attention(Q, K, V, return_stats=True)
+    out, m, ell = tiled_attention(Q, K, V, return_stats=True)
     with pytest.raises(ValueError, match=r"dO must be"):
-        tiled_attention_backward(Q, K, V, out, m, l, out[:, :4])
+        tiled_attention_backward(Q, K, V, out, m, ell, out[:, :4])
     with pytest.raises(ValueError, match="m must hold one number per row of O"):
-        tiled_attention_backward(Q, K, V, out, m[:, :4], l, out)
+        tiled_attention_backward(Q, K, V, out, m[:, :4], ell, out)
     with pytest.raises(TypeError, match="return_stats must be True or False"):
         tiled_attention(Q, K, V, return_stats="yes")
     with pytest.raises(TypeError, match="causal must be True or False"):
@@ -339,15 +339,15 @@ def test_online_softmax_of_left_padded_rows_is_finite_and_equals_softmax(pads, b
 
 def test_a_first_block_of_only_minus_inf_keeps_m_at_minus_inf_and_the_sum_at_zero():
     inf = float("inf")
-    m, l = torch.full((2,), -inf, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    m, ell = torch.full((2,), -inf, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
     Z_blk = torch.tensor([[-inf, -inf], [-inf, 1.5]], dtype=torch.float64)
-    m_new, l_new, rescale, P_blk = online_softmax_step(m, l, Z_blk)
-    assert m_new.tolist() == [-inf, 1.5] and l_new.tolist() == [0.0, 1.0]
+    m_new, ell_new, rescale, P_blk = online_softmax_step(m, ell, Z_blk)
+    assert m_new.tolist() == [-inf, 1.5] and ell_new.tolist() == [0.0, 1.0]
     assert not rescale.isnan().any() and P_blk.tolist() == [[0.0, 0.0], [0.0, 1.0]]
-    m2, l2, rescale2, _ = online_softmax_step(m_new, l_new, torch.tensor([[0.5, -inf], [0.0, 2.0]],
+    m2, ell2, rescale2, _ = online_softmax_step(m_new, ell_new, torch.tensor([[0.5, -inf], [0.0, 2.0]],
                                                                          dtype=torch.float64))
     assert m2.tolist() == [0.5, 2.0] and rescale2[0] == 0.0
-    torch.testing.assert_close(l2, torch.tensor([1.0, math.exp(-0.5) + math.exp(-2.0) + 1.0], dtype=torch.float64))
+    torch.testing.assert_close(ell2, torch.tensor([1.0, math.exp(-0.5) + math.exp(-2.0) + 1.0], dtype=torch.float64))
 
 
 def test_online_softmax_of_a_sliding_window_row_equals_softmax():

@@ -9,7 +9,10 @@ token (at several lengths: a mask can be right at one length only), change each 
 watch every other one (earlier and later), feed a batch that begins as padding does (NaN there, where the code's
 own mask empties a row, is nan-empty-row), run a float16 and a bfloat16 copy, give it large scores, and, for a
 core, ask for a cached step (fewer queries than keys); the trace is read again at the longest length (a prompt read
-in chunks through a cache has fewer queries than keys there only). A module runs in its own mode, train or eval,
+in chunks through a cache has fewer queries than keys there only). Attention computed in steps (a token at a time,
+or chunks, through a cache) is joined into one table of which keys each query reads; a changed position must move
+its own output (a core, a layer) and a key that its own query reads. A window (no future, each query reading
+itself) is not a misplaced diagonal: only the upper edge is the diagonal. A module runs in its own mode, train or eval,
 every call from the same random seed, and its buffers are put back afterwards. Weights that multiply the tensor the
 scores used as keys are weights-times-K in a core (its V is given) and, in a layer or model, only when the code also
 made a value tensor of that size that it never used: attention with no projections, whose values are its keys, is
@@ -36,6 +39,7 @@ like every other checker.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import math
@@ -183,9 +187,14 @@ class _Recorder(TorchFunctionMode):
         for t in (out if isinstance(out, (list, tuple)) else (out,)):
             if isinstance(t, torch.Tensor):
                 self.made.append(t)
-        if func in self.WATCH:
+        if func in self.WATCH and not _inside_vmap(args):
             self.calls.append(_Call(func, args, kwargs, out))
         return out
+
+
+def _inside_vmap(args) -> bool:
+    """A call on tensors that vmap batches (flex_attention's score_mod): they cannot be read after it returns."""
+    return any(isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t) for t in args)
 
 
 def _tensor_args(call: _Call) -> list[torch.Tensor]:
@@ -365,18 +374,50 @@ def _pattern(allowed: torch.Tensor, where: str) -> list[Finding]:
     j = torch.arange(T_k)[None, :]
     if not bool(a.logical_not().any()):
         return []   # nothing masked at all: the leak probe says what that does
+    own = torch.arange(T_q) + T_k - T_q   # each query's own key
+    if T_q <= T_k and all(bool((t <= want).all() and t[torch.arange(T_q), own].all()) for t in flat):
+        return []   # no future, and each query reads itself: a window (its lower edge is not the diagonal)
     if torch.equal(a, j >= i) or torch.equal(a, j > i) or torch.equal(a, ~want):
         return [_finding("mask-convention", f"{shown}: the mask keeps the future and blocks the past, a boolean "
                          "mask read in the other convention (SDPA reads True as may attend).")]
-    if torch.equal(a, j < i):
-        why = "a query cannot read its own key"
-    elif torch.equal(a, j <= i + 1):
+    lost = [str(r) for r in range(T_q) if T_q <= T_k and not a[r, own[r]]]
+    if torch.equal(a, j <= i + 1):
         why = "each query also reads the next key"
     elif T_q < T_k and torch.equal(a, j <= torch.arange(T_q)[:, None]):
         why = "the cached step's queries are aligned top-left, as if they were the first positions"
+    elif lost and bool((a <= want).all()):
+        why = (f"quer{'ies' if len(lost) > 1 else 'y'} {', '.join(lost)} cannot read "
+               f"{'their' * (len(lost) > 1) or 'its'} own key")
     else:
         why = "the diagonal is misplaced"
     return [_finding("mask-offset", f"{shown}: {why}.")]
+
+
+def _joined(steps, T_q: int, T_k: int, where: str) -> list[Finding]:
+    """Attention computed in steps (fewer query rows per call than the input has: a token at a time, or chunks,
+    through a cache): a step whose keys extend an unfinished chain's last keys continues it, each step's keys taken
+    as positions 0, 1, …; a chain of T_q rows is one picture of which keys each query reads, checked as a table."""
+    chains, found = [], []   # each chain: [rows so far, its last keys, which keys each query may read]
+    for may, _, keys in steps:
+        n_q, n_k = may.shape
+        if n_q >= T_q or n_k > T_k or keys.dim() < 3:
+            continue
+        chain = next((c for c in chains if c[0] + n_q <= T_q and _extends(keys, c[1])), None)
+        if chain is None:
+            chain = [0, keys, torch.zeros(T_q, T_k, dtype=torch.bool)]
+            chains.append(chain)
+        chain[2][chain[0]:chain[0] + n_q, :n_k] = may
+        chain[0], chain[1] = chain[0] + n_q, keys
+        if chain[0] == T_q:
+            found += _pattern(chain[2], f"{where}, the attention steps joined (the keys as the cache holds them)")
+    return found
+
+
+def _extends(keys: torch.Tensor, last: torch.Tensor) -> bool:
+    """Whether keys begin with the rows of last (a cache that grew, or stayed as it was)."""
+    n = last.shape[-2]
+    return (keys.shape[:-2] == last.shape[:-2] and keys.shape[-1] == last.shape[-1] and n <= keys.shape[-2]
+            and _close(keys[..., :n, :].detach().double(), last.detach().double(), 1e-6))
 
 
 def _factor_text(f: float, d_k: int, d_model: int | None, d_v: int | None = None) -> str:
@@ -404,7 +445,7 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
     found: list[Finding] = []
     d_v = None if V_in is None else V_in.shape[-1]
     facts = {"softmax": False, "mask": False, "empty": False, "max_score": 0.0, "max_product": 0.0,
-             "queries": []}
+             "steps": []}   # steps: (which keys each query row may read, the query rows, the keys) per table
     score_K = []
     for idx, c in enumerate(trace.calls):
         if c.func is _SDPA:
@@ -428,7 +469,6 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
                 found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)}; scaled dot-product "
                                       f"attention needs 1/√d_k = 1/√{d_k} (scaled_dot_product_attention's own "
                                       f"scale is {'1/√d_k' if scale is None else 'given'})."))
-            facts["queries"].append(q)
             T_q, T_k = q.shape[-2], k.shape[-2]
             allowed = torch.ones(T_q, T_k, dtype=torch.bool)
             if causal:
@@ -453,6 +493,7 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
             found += pattern
             facts["empty"] |= bool((~allowed).all(-1).any())
             score_K.append(k)
+            facts["steps"].append((allowed.expand(*q.shape[:-2], T_q, T_k).reshape(-1, T_q, T_k)[0], q, k))
             if (v is k or (v.shape == k.shape and torch.equal(v, k))) and (
                     V_in is not None or trace.unread_like(v)):
                 found.append(_finding("weights-times-K", f"{where}: scaled_dot_product_attention is given the "
@@ -504,7 +545,7 @@ def _read(trace: _Trace, where: str, d_model: int | None, K_in=None, V_in=None, 
                     found.append(_finding("scale", f"{where}: {_factor_text(total, d_k, d_model, d_v)} between QKᵀ "
                                           f"and softmax; scaled dot-product attention needs 1/√d_k = 1/√{d_k}."))
                 score_K.append(keys)
-                facts["queries"].append(rows)
+                facts["steps"].append(((~blocked).reshape(-1, *Z.shape[-2:])[0], rows, keys))
                 break
             continue
         if c.func in _FILL or (c.func in _SCALAR and _scalar_factor(c) is None):
@@ -726,7 +767,8 @@ def _probe_leak(s: _Subject) -> Finding | None:
 
 def _probe_reads(s: _Subject) -> Finding | None:
     """Which positions each output reads (change one position at a time): queries that also read the next key
-    (the causal set shifted by one, for some or all queries) are mask-offset."""
+    (the causal set shifted by one, for some or all queries), or whose output moves with other positions but not
+    with their own (a core's K and V, a layer's X: that query cannot read itself), are mask-offset."""
     T = s.max_T
     args = s.inputs(1, T)
     base = s.call(*args)
@@ -749,8 +791,6 @@ def _probe_reads(s: _Subject) -> Finding | None:
             reads[i, j] = _differs(s.positions(base, slice(i, i + 1)), s.positions(out, slice(i, i + 1)))
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     causal = j <= i
-    if s.kind != "core":
-        reads[i == j] = True   # a layer's position j is also its query: it always changes its own output
     extra = reads & ~causal   # only what is read and should not be: an unread key may just have a tiny weight
     shown = (f"with {s.describe(1, T)}, changing one position at a time: query rows read keys {_rows(reads)} "
              f"(1 = the output changes), where causal attention reads {_rows(causal)}")
@@ -758,22 +798,36 @@ def _probe_reads(s: _Subject) -> Finding | None:
         rows = [str(q) for q in range(T) if bool(extra[q].any())]
         return _finding("mask-offset", f"{shown}: quer{'ies' if len(rows) > 1 else 'y'} {', '.join(rows)} "
                         "also read the next key, the causal set shifted by one.")
+    alone = [str(q) for q in range(T) if not reads[q, q] and bool(reads[q].any())]
+    if alone and not bool(extra.any()):   # reading the future has its own findings
+        return _finding("mask-offset", f"{shown}: the output of quer{'ies' if len(alone) > 1 else 'y'} "
+                        f"{', '.join(alone)} does not move with {'their' * (len(alone) > 1) or 'its'} own position: "
+                        "a query that cannot read its own key.")
     return None
 
 
-def _probe_head_split(s: _Subject) -> Finding | None:
-    """Change only the last token: the queries that reach the first score table may change in their last row only."""
+def _probe_last_token(s: _Subject) -> Finding | None:
+    """Change only the last token. The last query row of each score table (the changed position's query, in a whole
+    table or in a step) must read a key that changes too, its own: if none does, it cannot read itself, however the
+    code splits its steps (mask-offset). The queries that reach the first table may change in their last row only."""
     T = min(4, s.max_T)
     args = s.inputs(1, T)
     traces = s.trace(*args)[1], s.trace(*s.change_from(args, T - 1))[1]
+    before, after = (_read(t, "", None)[1]["steps"] for t in traces)
+    for (may, q0, k0), (_, q1, k1) in zip(before, after):
+        if q0.shape == q1.shape and k0.shape == k1.shape and k0.dim() >= 3 and may[-1].any() and _differs(
+                q0[..., -1, :], q1[..., -1, :]) and not any(_differs(k0[..., j, :], k1[..., j, :]) for j in
+                                                            may[-1].nonzero().flatten().tolist()):
+            return _finding("mask-offset", f"with {s.describe(1, T)}, changing only position {T - 1} changes the "
+                            f"last query of a score table ({q0.shape[-2]} by {k0.shape[-2]} keys) but none of the "
+                            "keys it reads: the query cannot read its own key.")
     projected = [next((c.args[0] for c in t.calls if c.func is F.linear), None) for t in traces]
     if all(isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == T for x in projected) and any(
             _differs(projected[0][:, i], projected[1][:, i]) for i in range(T - 1)):
         return None   # the positions are mixed before the first projection (a norm or a convolution over time)
-    before, after = (_read(t, "", None)[1]["queries"] for t in traces)
-    if not before or not after or before[0].shape != after[0].shape or before[0].shape[-2] != T:
+    if not before or not after or before[0][1].shape != after[0][1].shape or before[0][1].shape[-2] != T:
         return None
-    rows = [i for i in range(T - 1) if _differs(before[0][..., i, :], after[0][..., i, :])]
+    rows = [i for i in range(T - 1) if _differs(before[0][1][..., i, :], after[0][1][..., i, :])]
     if not rows:
         return None
     return _finding("head-split", f"with {s.describe(1, T)}, changing only position {T - 1} changes row"
@@ -823,14 +877,21 @@ def _probe_padding(s: _Subject) -> Finding | None:
     args, shown = _padded(s, 3 if s.kind == "model" else 2, min(4, s.max_T))
     try:
         out, trace = s.trace(*args)
+        # Run untraced too: a traced call can take another path (nn.MultiheadAttention's fused inference path
+        # is skipped while a torch function mode is active, and only that path gives NaN for an empty row).
+        plain = s.call(*args)
     except Exception:  # noqa: BLE001 - the ordinary input ran; a failure on zeros is not one of the labels
         return None
-    if _finite(out):
+    if _finite(out) and _finite(plain):
         return None
     _, facts = _read(trace, "", None)
     if facts["empty"]:
         return _finding("nan-empty-row", f"with {shown}, the output holds NaN: the code's own mask leaves a "
                         "query with no key to read (a padded batch), and softmax of a row of −inf is NaN.")
+    if _finite(out):   # NaN only on the untraced path: a fused kernel that the trace cannot look inside
+        return _finding("nan-empty-row", f"with {shown}, the output holds NaN when the code runs as it is "
+                        "(its fused path), though finite when traced: a padded query left with no key to read "
+                        "gives NaN on that path.")
     return _finding("nan", f"with {shown}, the output holds NaN or inf.")
 
 
@@ -862,9 +923,10 @@ def _low_precision_copy(s: _Subject, dtype):
     return obj
 
 
-def _probe_half(s: _Subject, args, base) -> tuple[Finding | None, str | None]:
+def _probe_half(s: _Subject, args, base, shown: str | None = None) -> tuple[Finding | None, str | None]:
     if not _finite(base):
         return None, None
+    shown = shown or s.describe(*_bt(s, args))
     for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
         obj = _low_precision_copy(s, dtype)
         if obj is None:
@@ -873,10 +935,19 @@ def _probe_half(s: _Subject, args, base) -> tuple[Finding | None, str | None]:
         try:
             out = _first_tensor(_seeded(obj, *low), s.kind)
         except Exception as e:  # noqa: BLE001 - a failure in half precision is the finding
-            return _finding("half-precision", f"with {s.describe(*_bt(s, args))} in {name} the code raises "
-                            f"{type(e).__name__}, where float32 runs."), None
+            rec = _Recorder()   # run again, recorded: where did float32 enter?
+            with rec, contextlib.suppress(Exception):
+                _seeded(obj, *low)
+            mix = next((c for c in rec.calls if {t.dtype for t in _tensor_args(c)} >= {dtype, torch.float32}), None)
+            why = "" if mix is None else (
+                f": a {mix.func.__name__.strip('_')} of a {name} tensor and a float32 one of shape "
+                f"{tuple(next(t for t in _tensor_args(mix) if t.dtype == torch.float32).shape)} gives float32 (a "
+                "table the code builds in float32, such as rotary cos/sin or a mask, not cast to the input's "
+                f"dtype), and a later call refuses to mix float32 and {name}")
+            return _finding("half-precision", f"with {shown} in {name} the code raises "
+                            f"{type(e).__name__}, where float32 runs{why}."), None
         if not _finite(out):
-            return _finding("half-precision", f"with {s.describe(*_bt(s, args))} in {name} the output holds NaN "
+            return _finding("half-precision", f"with {shown} in {name} the output holds NaN "
                             "or inf where float32 gives finite values (a fill value or a product that the "
                             "format cannot hold?)."), None
     return None, None
@@ -1062,14 +1133,14 @@ def _run(s: _Subject, report: Report) -> None:
         if facts["softmax"] and not facts["mask"]:
             leak = _finding("leak", leak.message + " No entry of the score table is masked before softmax.")
         found.append(leak)
-    if leak:   # which keys each query reads: the causal set shifted by one is a misplaced diagonal
+    if leak or s.kind != "model":   # which keys each query reads: its own, and not the next one
         offset = _probe_reads(s)
         report.looked_at.append("which keys each query reads")
         if offset:
             found.append(offset)
-    if s.kind != "core" and facts["queries"]:
-        split = _probe_head_split(s)
-        report.looked_at.append("the rows of Q when one token changes")
+    if s.kind != "core" and facts["steps"]:
+        split = _probe_last_token(s)
+        report.looked_at.append("the rows of Q and K when one token changes")
         if split:
             found.append(split)
     batch = _probe_batch(s)
@@ -1093,6 +1164,10 @@ def _run(s: _Subject, report: Report) -> None:
                 found.append(variant)
     B2 = s.inputs(2, min(4, s.max_T))
     half, skipped = _probe_half(s, B2, s.call(*B2))
+    if not half and not skipped:   # a padded batch in half precision: a fill value that only padding brings in
+        padded, shown = _padded(s, 3 if s.kind == "model" else 2, min(4, s.max_T))
+        with contextlib.suppress(Exception):
+            half, _ = _probe_half(s, padded, s.call(*padded), shown)
     report.looked_at.append("float16 and bfloat16" if not skipped else f"not {skipped}")
     if half:
         found.append(half)
@@ -1106,9 +1181,11 @@ def _run(s: _Subject, report: Report) -> None:
         long = s.inputs(1, s.max_T)   # calls SDPA with fewer queries than keys only when the prompt is long
         core = long if s.kind == "core" else (None, None, None)
         try:
-            found += _read(s.trace(*long)[1], f"with {s.describe(1, s.max_T)}", s.sizes.get("d_model"),
-                           core[1], core[2], core[0])[0]
+            where = f"with {s.describe(1, s.max_T)}"
+            long_found, long_facts = _read(s.trace(*long)[1], where, s.sizes.get("d_model"), core[1], core[2],
+                                           core[0])
+            found += long_found + _joined(long_facts["steps"], s.max_T, s.max_T, where)
         except Exception:  # noqa: BLE001 - the probes above already ran it at this length
             pass
         report.looked_at.append(f"the trace at T={s.max_T}")
-    report.findings = _unique(found)
+    report.findings = _unique(found + _joined(facts["steps"], T, T, f"with {s.describe(1, T)}"))

@@ -89,8 +89,10 @@ WORDS = {
 # Words only the page's markup shows (the script never needs them, so they stay out of its data).
 PAGE_WORDS = {
     "summary": "The weights as a table",
-    "fallback": "Interactive attention figure ({sizes}T = {T} tokens): run this cell or trust the notebook to "
-                "explore it.",
+    "fallback": "Interactive attention figure ({sizes}T = {T} tokens): a heatmap of the attention weights, queries "
+                "in rows and keys in columns, that changes as you pick a head or flip a switch. It needs scripts: "
+                "run this cell or trust the notebook to explore it. The table below holds every weight shown "
+                "first.",
     "hover": "Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list beside "
              "the heatmap) to draw the keys it reads. From the keyboard: Tab to the heatmap, move with the arrow "
              "keys (Home/End: the row's ends), Enter picks the row's query.",

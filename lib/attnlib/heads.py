@@ -82,8 +82,8 @@ def _kv_cache_args(self) -> None:
 def _extend_args(self, K_new, V_new) -> None:
     require_cache(self, "cache")
     held = {} if self.K is None else dict(zip(("B", "h", "d_head"), self.K.shape[:2] + self.K.shape[3:]))
-    d = require_shape(K_new, "K_new", "B h T_new d_head", **held)   # h here: the layer's h_kv key/value heads
-    require_shape(V_new, "V_new", "B h T_new d_head", **d)
+    d = require_shape(K_new, "K_new", "B h T_q d_head", **held)   # h here: the layer's h_kv key/value heads
+    require_shape(V_new, "V_new", "B h T_q d_head", **d)
     require_same(K_new, V_new, "K_new", "V_new")
     require_cache(self, "cache", B=d["B"], h=d["h"], d_head=d["d_head"], like=K_new)
 
@@ -194,7 +194,7 @@ class KVCache:
 
     @boundary(_extend_args)
     def extend(self, K_new: torch.Tensor, V_new: torch.Tensor):
-        """Append the new positions' K and V and return the full (B, h_kv, T_past + T_new, d_head) tensors."""
+        """Append the new positions' K and V and return the full (B, h_kv, T_past + T_q, d_head) tensors."""
         self.K = K_new if self.K is None else torch.cat([self.K, K_new], dim=-2)
         self.V = V_new if self.V is None else torch.cat([self.V, V_new], dim=-2)
         return self.K, self.V

@@ -45,10 +45,10 @@ SKIPPED, FULL, DIAGONAL = 0, 1, 2   # the three kinds of tile in a plan (see til
 # for the names the function takes. Tensors are made contiguous in one place, by _validate.boundary.
 
 
-def _online_softmax_step_args(m, l, Z_blk):
+def _online_softmax_step_args(m, ell, Z_blk):
     require_shape(Z_blk, "Z_blk", "... n")
     require_row_stats(m, "m", Z_blk, "Z_blk")
-    require_row_stats(l, "l", Z_blk, "Z_blk")
+    require_row_stats(ell, "ell", Z_blk, "Z_blk")
 
 
 def _online_softmax_args(Z, block):
@@ -88,7 +88,7 @@ def _recomputing_args(Q, K, V, causal, block_q, block_k):
     return out
 
 
-def _tiled_attention_backward_args(Q, K, V, O, m, l, dO, causal, block_q, block_k):
+def _tiled_attention_backward_args(Q, K, V, O, m, ell, dO, causal, block_q, block_k):
     out = _recomputing_args(Q, K, V, causal, block_q, block_k)
     d_v = V.shape[-1]
     require_shape(O, "O", "... T_q d_v", T_q=Q.shape[-2], d_v=d_v)
@@ -97,17 +97,17 @@ def _tiled_attention_backward_args(Q, K, V, O, m, l, dO, causal, block_q, block_
         require_same(Q, X, "Q", name)
         require_batch(Q, X, "Q", name)
     require_row_stats(m, "m", O, "O")
-    require_row_stats(l, "l", O, "O")
+    require_row_stats(ell, "ell", O, "O")
     return out
 
 
 @boundary(_online_softmax_step_args)
-def online_softmax_step(m: torch.Tensor, l: torch.Tensor, Z_blk: torch.Tensor):
+def online_softmax_step(m: torch.Tensor, ell: torch.Tensor, Z_blk: torch.Tensor):
     """Take one more block of scores into the running max m and the running sum ℓ.
 
-    m (...,): the largest score so far (−inf before the first block); l (...,): Σ exp(z − m) over the scores
+    m (...,): the largest score so far (−inf before the first block); ell (...,): Σ exp(z − m) over the scores
     so far; Z_blk (..., n): the next n scores of each row (scaled scores, what softmax receives).
-    Returns m_new (...,), l_new (...,), rescale = exp(m − m_new) (...,), the factor that brings anything
+    Returns m_new (...,), ell_new (...,), rescale = exp(m − m_new) (...,), the factor that brings anything
     summed against the old max to the new one, and P_blk = exp(Z_blk − m_new) (..., n), the block's
     unnormalised weights. A row whose scores so far are all −inf (padding, a window) keeps m = −inf, ℓ = 0
     and weights 0 until its first finite score, as softmax gives those keys weight 0.
@@ -116,8 +116,8 @@ def online_softmax_step(m: torch.Tensor, l: torch.Tensor, Z_blk: torch.Tensor):
     shift = torch.where(m_new == float("-inf"), 0.0, m_new)   # (...,) no finite score yet: exp(−inf − 0) = 0, not NaN
     rescale = torch.exp(m - shift)                      # 0 on the first block (m = −inf), 1 if the max stays
     P_blk = torch.exp(Z_blk - shift[..., None])         # (..., n), every entry ≤ 1
-    l_new = rescale * l + P_blk.sum(dim=-1)             # (...,)
-    return m_new, l_new, rescale, P_blk
+    ell_new = rescale * ell + P_blk.sum(dim=-1)         # (...,)
+    return m_new, ell_new, rescale, P_blk
 
 
 @boundary(_online_softmax_args)
@@ -129,10 +129,10 @@ def online_softmax(Z: torch.Tensor, block: int) -> torch.Tensor:
     minutes: a million steps of a few tensor calls each); the answer is the same for every block.
     """
     m = Z.new_full(Z.shape[:-1], float("-inf"))         # (...,) running max
-    l = Z.new_zeros(Z.shape[:-1])                       # (...,) running sum of exp(z − m)
+    ell = Z.new_zeros(Z.shape[:-1])                     # (...,) running sum of exp(z − m)
     for k0 in range(0, Z.shape[-1], block):
-        m, l, _, _ = online_softmax_step(m, l, Z[..., k0:k0 + block])
-    return torch.exp(Z - m[..., None]) / l[..., None]
+        m, ell, _, _ = online_softmax_step(m, ell, Z[..., k0:k0 + block])
+    return torch.exp(Z - m[..., None]) / ell[..., None]
 
 
 @boundary(_tile_plan_args)
@@ -164,7 +164,7 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
 
     Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v), with the same batch axes. Beyond its output, the
     memory it needs depends on the block sizes only, not on T_q · T_k: the full score table is never built.
-    With ``return_stats`` it also returns m and ℓ of every query row, (..., T_q) each: (out, m, l).
+    With ``return_stats`` it also returns m and ℓ of every query row, (..., T_q) each: (out, m, ell).
     Cost: a Python loop over (T_q / block_q) · (T_k / block_k) tiles, so tiny blocks are slow by design
     (1 × 1 blocks over T = 1024 run half a million tiles: minutes); the answer is the same for every block size.
     """
@@ -176,7 +176,7 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
         q0, q1 = qb * block_q, min((qb + 1) * block_q, T_q)
         rows = Q.shape[:-2] + (q1 - q0,)
         m = Q.new_full(rows, float("-inf"))                     # running max, (..., block_q)
-        l = Q.new_zeros(rows)                                   # running sum of exp(z − m)
+        ell = Q.new_zeros(rows)                                 # running sum of exp(z − m)
         acc = Q.new_zeros(rows + (V.shape[-1],))                # Õ: running Σ exp(z − m) v, (..., block_q, d_v)
         for kb, kind in enumerate(kinds):                        # inner loop: key block kb
             if kind == SKIPPED:
@@ -187,21 +187,21 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal
                 pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
                 future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
                 Z = Z.masked_fill(future, float("-inf"))
-            m, l, rescale, P_blk = online_softmax_step(m, l, Z)
+            m, ell, rescale, P_blk = online_softmax_step(m, ell, Z)
             acc = rescale[..., None] * acc + P_blk @ V[..., k0:k1, :]
-        out[..., q0:q1, :] = acc / l[..., None]
+        out[..., q0:q1, :] = acc / ell[..., None]
         if return_stats:
-            stats[0, ..., q0:q1], stats[1, ..., q0:q1] = m, l
+            stats[0, ..., q0:q1], stats[1, ..., q0:q1] = m, ell
     return (out, stats[0], stats[1]) if return_stats else out
 
 
 @boundary(_tiled_attention_backward_args)
 def tiled_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
-                             m: torch.Tensor, l: torch.Tensor, dO: torch.Tensor, *, causal: bool = True,
+                             m: torch.Tensor, ell: torch.Tensor, dO: torch.Tensor, *, causal: bool = True,
                              block_q: int = 64, block_k: int = 64):
     """The gradients (dQ, dK, dV) of O = tiled_attention(Q, K, V), given dO = ∂loss/∂O, one tile at a time.
 
-    O (..., T_q, d_v), m and l (..., T_q) come from the forward pass (``return_stats=True``). No (T_q, T_k)
+    O (..., T_q, d_v), m and ell (..., T_q) come from the forward pass (``return_stats=True``). No (T_q, T_k)
     table is kept: each tile's weights are recomputed from its scores, P = exp(Z − m) / ℓ. With D = rowsum(dO ∘ O)
     (one number per query row), a tile's gradients are dV += Pᵀ dO, dP = dO Vᵀ, dZ = P ∘ (dP − D), the
     softmax's backward, and dQ += dZ K / √d_k, dK += dZᵀ Q / √d_k. The key blocks are the outer loop, as in
@@ -222,7 +222,7 @@ def tiled_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
                 pos_q = torch.arange(q0, q1, device=Q.device) + (T_k - T_q)
                 future = torch.arange(k0, k1, device=Q.device)[None, :] > pos_q[:, None]
                 Z = Z.masked_fill(future, float("-inf"))
-            P = torch.exp(Z - m[..., q0:q1, None]) / l[..., q0:q1, None]  # the forward's weights
+            P = torch.exp(Z - m[..., q0:q1, None]) / ell[..., q0:q1, None]  # the forward's weights
             dO_blk = dO[..., q0:q1, :]
             dV[..., k0:k1, :] += P.mT @ dO_blk
             dZ = P * (dO_blk @ V[..., k0:k1, :].mT - D[..., q0:q1, None])   # softmax backward
@@ -241,8 +241,8 @@ class TiledAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, causal, block_q, block_k):
-        O, m, l = tiled_attention(Q, K, V, causal=causal, block_q=block_q, block_k=block_k, return_stats=True)
-        ctx.save_for_backward(Q, K, V, O, m, l)                  # two numbers per query row beyond Q, K, V, O
+        O, m, ell = tiled_attention(Q, K, V, causal=causal, block_q=block_q, block_k=block_k, return_stats=True)
+        ctx.save_for_backward(Q, K, V, O, m, ell)                # two numbers per query row beyond Q, K, V, O
         ctx.tiles = dict(causal=causal, block_q=block_q, block_k=block_k)
         return O
 

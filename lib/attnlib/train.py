@@ -120,13 +120,13 @@ def train(model, data: torch.Tensor, *, steps: int = 300, T: int = 64, B: int = 
     if device is not None:
         model.to(device)
     device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)   # windows drawn on the CPU: the same run on every device
+    gen = torch.Generator().manual_seed(seed)   # the windows come from a CPU generator, whatever the device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     model.train()
     losses = []
     for _ in range(steps if stop is None else min(stop, steps)):
-        x, y = (t.to(device) for t in random_batch(data, T, B, g))
+        x, y = (t.to(device) for t in random_batch(data, T, B, gen))
         loss = model.loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -143,11 +143,11 @@ def evaluate(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batches: in
     _require_model(model)
     (T, B, batches), (seed,) = require_positive(T=T, B=B, batches=batches), require_nonnegative(seed=seed)
     _require_data(data, model)
-    g = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     total = 0.0
     for _ in range(batches):
-        x, y = (t.to(device) for t in random_batch(data, T, B, g))
+        x, y = (t.to(device) for t in random_batch(data, T, B, gen))
         total += model.loss(x, y).item()
     return total / batches
 
@@ -163,11 +163,11 @@ def evaluate_prefix(model, data: torch.Tensor, *, T: int = 64, B: int = 32, batc
     _require_model(model)
     (T, B, batches), (seed,) = require_positive(T=T, B=B, batches=batches), require_nonnegative(seed=seed)
     _require_data(data, model)
-    g = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     total = 0.0
     for _ in range(batches):
-        x, y = (t.to(device) for t in random_batch(data, T, B, g))
+        x, y = (t.to(device) for t in random_batch(data, T, B, gen))
         logits = torch.stack([model(x[:, :i + 1])[:, -1] for i in range(T)], dim=1)   # (B, T, vocab_size)
         total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
     return total / batches

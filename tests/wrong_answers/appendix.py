@@ -37,62 +37,62 @@ PREDICTIONS = [
 # --- ex-costs-cached-step --------------------------------------------------------------------------------------
 
 
-def _layer(T_new, T_k, d, d_ff, proj=8, attn=4, mlp=4):
-    return proj * T_new * d * d + attn * T_new * T_k * d + mlp * T_new * d * d_ff
+def _layer(T_q, T_k, d, d_ff, proj=8, attn=4, mlp=4):
+    return proj * T_q * d * d + attn * T_q * T_k * d + mlp * T_q * d * d_ff
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
-       "scores and weights·V over the new tokens only (T_new²), past keys forgotten", "past-keys-left-out")
-def flops_no_past(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * _layer(T_new, T_new, d_model, d_ff) + 2 * T_new * d_model * vocab_size
+       "scores and weights·V over the new tokens only (T_q²), past keys forgotten", "past-keys-left-out")
+def flops_no_past(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * _layer(T_q, T_q, d_model, d_ff) + 2 * T_q * d_model * vocab_size
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
        "attention over T_past keys only: the new tokens do not read each other", "own-keys")
-def flops_past_only(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * _layer(T_new, T_past, d_model, d_ff) + 2 * T_new * d_model * vocab_size
+def flops_past_only(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * _layer(T_q, T_past, d_model, d_ff) + 2 * T_q * d_model * vocab_size
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops", "MLP at 4·d_model wide, the given d_ff ignored", "d_ff-assumed")
-def flops_fixed_d_ff(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * _layer(T_new, T_past + T_new, d_model, 4 * d_model) + 2 * T_new * d_model * vocab_size
+def flops_fixed_d_ff(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * _layer(T_q, T_past + T_q, d_model, 4 * d_model) + 2 * T_q * d_model * vocab_size
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops", "output head forgotten", "no-head")
-def flops_no_head(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * _layer(T_new, T_past + T_new, d_model, d_ff)
+def flops_no_head(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * _layer(T_q, T_past + T_q, d_model, d_ff)
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops", "W_O forgotten: 6·T·d² for the projections", "no-W_O")
-def flops_no_w_o(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * _layer(T_new, T_past + T_new, d_model, d_ff, proj=6) + 2 * T_new * d_model * vocab_size
+def flops_no_w_o(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * _layer(T_q, T_past + T_q, d_model, d_ff, proj=6) + 2 * T_q * d_model * vocab_size
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
        "multiply-adds counted as one FLOP: half of everything", "multiply-adds")
-def flops_macs(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return (L * _layer(T_new, T_past + T_new, d_model, d_ff) + 2 * T_new * d_model * vocab_size) // 2
+def flops_macs(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return (L * _layer(T_q, T_past + T_q, d_model, d_ff) + 2 * T_q * d_model * vocab_size) // 2
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops", "head counted inside every block (L times)", "head-per-block")
-def flops_head_per_layer(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * (_layer(T_new, T_past + T_new, d_model, d_ff) + 2 * T_new * d_model * vocab_size)
+def flops_head_per_layer(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * (_layer(T_q, T_past + T_q, d_model, d_ff) + 2 * T_q * d_model * vocab_size)
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
-       "the cached K, V recomputed: projections over T_past + T_new tokens")
-def flops_recompute_projections(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    T = T_past + T_new
-    per_layer = 2 * T_new * d_model ** 2 + 4 * T * d_model ** 2 + 2 * T_new * d_model ** 2 \
-        + 4 * T_new * T * d_model + 4 * T_new * d_model * d_ff
-    return L * per_layer + 2 * T_new * d_model * vocab_size
+       "the cached K, V recomputed: projections over T_past + T_q tokens")
+def flops_recompute_projections(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    T = T_past + T_q
+    per_layer = 2 * T_q * d_model ** 2 + 4 * T * d_model ** 2 + 2 * T_q * d_model ** 2 \
+        + 4 * T_q * T * d_model + 4 * T_q * d_model * d_ff
+    return L * per_layer + 2 * T_q * d_model * vocab_size
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
        "attention per head with d_head but not summed over the h heads", "one-head")
-def flops_one_head(T_past, T_new, d_model, h, L, d_ff, vocab_size):
-    return L * (8 * T_new * d_model ** 2 + 4 * T_new * (T_past + T_new) * (d_model // h)
-                + 4 * T_new * d_model * d_ff) + 2 * T_new * d_model * vocab_size
+def flops_one_head(T_past, T_q, d_model, h, L, d_ff, vocab_size):
+    return L * (8 * T_q * d_model ** 2 + 4 * T_q * (T_past + T_q) * (d_model // h)
+                + 4 * T_q * d_model * d_ff) + 2 * T_q * d_model * vocab_size
 
 
 WRONG = collect(globals()) + PREDICTIONS

@@ -6,67 +6,82 @@ import math
 
 import torch
 
+from attnlib import scale, scores
 from wrong_answers import Wrong, collect, wrong
 
-# --- ex-03-scaled -----------------------------------------------------------------------------------------------
+# --- ex-03-fp16-scores ------------------------------------------------------------------------------------------
+
+_FP16 = ("ex-03-fp16-scores", "check_fp16_scores")
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "einsum output written bji: keys on the rows", "keys-on-rows")
-def scaled_keys_on_rows(Q, K):
-    return torch.einsum("ibd,jbd->bji", Q, K) / math.sqrt(Q.shape[-1])
+@wrong(*_FP16, "the page's scale after the page's scores: Q Kᵀ overflows first", "scale-after")
+def fp16_library_order(Q, K):
+    return scale(scores(Q, K), Q.shape[-1])
 
 
-@wrong("ex-03-scaled", "check_scaled_scores",
-       "Q @ Kᵀ on the sequence-first tensors, the batch never moved first", "batch-table")
-def scaled_batch_not_moved(Q, K):
-    return Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+@wrong(*_FP16, "divided by d_k after the product: overflow, and the wrong divisor", "scale-after")
+def fp16_by_d_k_late(Q, K):
+    return torch.matmul(Q, K.transpose(-1, -2)) / Q.shape[-1]
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "divided by √B: Q.shape[1] read as d_k", "sqrt-B")
-def scaled_by_sqrt_B(Q, K):
-    Qb, Kb = Q.transpose(0, 1), K.transpose(0, 1)
-    return Qb @ Kb.transpose(1, 2) / math.sqrt(Q.shape[1])
+@wrong(*_FP16, "divided both Q and K by √d_k to keep both small: scaled twice", "scaled-twice")
+def fp16_both_sides(Q, K):
+    s = math.sqrt(Q.shape[-1])
+    return (Q / s) @ (K / s).transpose(-2, -1)
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "divided by √T_q: Q.shape[0] read as d_k", "sqrt-T_q")
-def scaled_by_sqrt_T(Q, K):
-    S = torch.einsum("ibd,jbd->bij", Q, K)
-    return S / Q.shape[0] ** 0.5
+@wrong(*_FP16, "meant to split the scale, divided only Q by d_k^¼", "fourth-root-once")
+def fp16_quarter_on_q(Q, K):
+    return (Q / Q.shape[-1] ** 0.25) @ K.transpose(-2, -1)
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "batch axis left in the middle: (T_q, B, T_k)", "sequence-first-result")
-def scaled_batch_in_middle(Q, K):
-    return torch.einsum("ibd,jbd->ibj", Q, K) / math.sqrt(Q.shape[-1])
+@wrong(*_FP16, "computed in float32 and cast back to float16", "wider-dtype")
+def fp16_via_float32(Q, K):
+    Z = Q.float() @ K.float().transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    return Z.to(Q.dtype)
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "divided by d_k instead of √d_k", "divide-by-d_k")
-def scaled_by_d_k(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K) / Q.shape[-1]
+@wrong(*_FP16, "computed in float32 and returned float32", "wider-dtype", "dtype")
+def fp16_float32_out(Q, K):
+    return Q.float() @ K.float().transpose(-2, -1) / math.sqrt(Q.shape[-1])
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "reshape instead of transpose to put the batch first", "reshape")
-def scaled_reshape(Q, K):
-    T_q, B, d_k = Q.shape
-    T_k = K.shape[0]
-    Qb = Q.reshape(B, T_q, d_k)
-    Kb = K.reshape(B, T_k, d_k)
-    return Qb @ Kb.transpose(-2, -1) / math.sqrt(d_k)
+@wrong(*_FP16, "made only K float32, expecting the product to be promoted", "upcast-K")
+def fp16_k_float32(Q, K):
+    return Q @ K.float().transpose(-2, -1) / math.sqrt(Q.shape[-1])
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "computed in float32 and cast back to the input dtype", "precision")
-def scaled_float32(Q, K):
-    Qb, Kb = Q.float().permute(1, 0, 2), K.float().permute(1, 2, 0)
-    return (Qb @ Kb / math.sqrt(Q.shape[-1])).to(Q.dtype)
+@wrong(*_FP16, "clamped the product to float16's range, then divided", "clamped")
+def fp16_clamp(Q, K):
+    S = (Q @ K.transpose(-2, -1)).clamp(-65504, 65504)
+    return S / math.sqrt(Q.shape[-1])
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "half done: the raw scores S, not divided", "no-scale")
-def scaled_raw(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K)
+@wrong(*_FP16, "nan_to_num on the overflowed product, then divided", "clamped")
+def fp16_nan_to_num(Q, K):
+    return torch.nan_to_num(Q @ K.transpose(-2, -1)) / math.sqrt(Q.shape[-1])
 
 
-@wrong("ex-03-scaled", "check_scaled_scores", "multiplied by √d_k instead of divided", "multiply-by-sqrt")
-def scaled_multiplied(Q, K):
-    return torch.einsum("ibd,jbd->bij", Q, K) * math.sqrt(Q.shape[-1])
+@wrong(*_FP16, "scaled Q in place to save the memory of a copy", "in-place")
+def fp16_in_place(Q, K):
+    Q.div_(math.sqrt(Q.shape[-1]))
+    return Q @ K.transpose(-2, -1)
+
+
+@wrong(*_FP16, "Kᵀ written as K.transpose(0, 1): right for one table only", "last-two-axes")
+def fp16_transpose_first(Q, K):
+    return (Q / math.sqrt(Q.shape[-1])) @ K.transpose(0, 1)
+
+
+@wrong(*_FP16, "'float16 out' read as: always cast the result to float16", "dtype")
+def fp16_always_half(Q, K):
+    return ((Q / math.sqrt(Q.shape[-1])) @ K.transpose(-2, -1)).half()
+
+
+@wrong(*_FP16, "fourth root written d_k ** 1/4, which is d_k / 4, on both sides")
+def fp16_precedence(Q, K):
+    r = Q.shape[-1] ** 1 / 4
+    return (Q / r) @ (K / r).transpose(-2, -1)
 
 
 # --- ex-03-head -------------------------------------------------------------------------------------------------

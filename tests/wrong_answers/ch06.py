@@ -9,65 +9,79 @@ import torch
 from attnlib import causal_mask, softmax
 from wrong_answers import Wrong, collect, wrong
 
-# --- ex-06-split --------------------------------------------------------------------------------------------------
+# --- ex-06-head-writes --------------------------------------------------------------------------------------------
 
 
-@wrong("ex-06-split", "check_split_heads", "reshape straight to (..., h, T, d_head), no transpose", "no-transpose")
-def split_reshape_only(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, h, T, d_model // h)
+@wrong("ex-06-head-writes", "check_per_head_writes",
+       "sliced W_O.weight by rows as the page slices W_O, forgetting nn.Linear stores it (out, in)", "orientation")
+def writes_weight_rows(O, W_O):
+    d_v = O.shape[-1]
+    terms = [O[:, n] @ W_O.weight[n * d_v:(n + 1) * d_v, :] for n in range(O.shape[1])]
+    return torch.stack(terms, dim=1)
 
 
-@wrong("ex-06-split", "check_split_heads", "kept the chapter's transpose(1, 2), right only for one batch axis",
-       "fixed-axes")
-def split_transpose_1_2(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(1, 2)
+@wrong("ex-06-head-writes", "check_per_head_writes", "ran each head through F.linear with the layer's bias",
+       "bias-each")
+def writes_linear_with_bias(O, W_O):
+    d_v = O.shape[-1]
+    return torch.stack([torch.nn.functional.linear(O[:, n], W_O.weight[:, n * d_v:(n + 1) * d_v], W_O.bias)
+                        for n in range(O.shape[1])], dim=1)
 
 
-@wrong("ex-06-split", "check_split_heads",
-       "flattened the leading axes into one with view(-1, …) and never restored them",
-       "lead-flattened")
-def split_flatten_leading(x, h):
-    T, d_model = x.shape[-2:]
-    return x.reshape(-1, T, h, d_model // h).transpose(1, 2)
+@wrong("ex-06-head-writes", "check_per_head_writes", "an h-th of the bias in every head, so the heads add up "
+       "to the layer's output", "bias-shared")
+def writes_bias_spread(O, W_O):
+    h, d_v = O.shape[1], O.shape[-1]
+    W = W_O.weight.T.reshape(h, d_v, -1)
+    return O @ W + W_O.bias / h
 
 
-@wrong("ex-06-split", "check_split_heads", "cut each vector as (d_head, h): head n takes every h-th column",
-       "interleaved")
-def split_strided_columns(x, h):
-    *lead, T, d_model = x.shape
-    pieces = x.reshape(*lead, T, d_model // h, h)          # (..., T, d_head, h)
-    return pieces.movedim(-1, -3)                          # (..., h, T, d_head)
+@wrong("ex-06-head-writes", "check_per_head_writes", "head width taken as d_model // h, as in the chapter",
+       "widths")
+def writes_d_model_over_h(O, W_O):
+    B, h, T, _ = O.shape
+    d_head = W_O.out_features // h
+    W = W_O.weight.T
+    return torch.stack([O[:, n] @ W[n * d_head:(n + 1) * d_head] for n in range(h)], dim=1)
 
 
-@wrong("ex-06-split", "check_split_heads", "moved the head axis to the very front instead of just before T",
+@wrong("ex-06-head-writes", "check_per_head_writes", "cut W_O as (d_v, h, d_model): head n gets every h-th row",
+       "strided")
+def writes_strided_rows(O, W_O):
+    h, d_v = O.shape[1], O.shape[-1]
+    W = W_O.weight.T.reshape(d_v, h, -1).permute(1, 0, 2)     # (h, d_v, d_model)
+    return O @ W
+
+
+@wrong("ex-06-head-writes", "check_per_head_writes", "list of per-head terms stacked on the first axis",
        "heads-in-front")
-def split_heads_in_front(x, h):
-    d_head = x.shape[-1] // h
-    return x.unflatten(-1, (h, d_head)).movedim(-2, 0)
+def writes_stacked_dim0(O, W_O):
+    d_v = O.shape[-1]
+    W = W_O.weight.T
+    return torch.stack([O[:, n] @ W[n * d_v:(n + 1) * d_v] for n in range(O.shape[1])])
 
 
-@wrong("ex-06-split", "check_split_heads", "stacked the chunks on axis 1, right only for one batch axis",
-       "three-axes")
-def split_stack_axis_1(x, h):
-    return torch.stack(x.chunk(h, dim=-1), dim=1)
+@wrong("ex-06-head-writes", "check_per_head_writes", "einsum that puts the head axis after the positions",
+       "heads-after-T")
+def writes_einsum_bthm(O, W_O):
+    h, d_v = O.shape[1], O.shape[-1]
+    return torch.einsum("bhtv,hvm->bthm", O, W_O.weight.T.reshape(h, d_v, -1))
 
 
-@wrong("ex-06-split", "check_split_heads", "added a batch axis for (T, d_model) inputs and never removed it",
-       "no-lead")
-def split_unsqueeze_forgotten(x, h):
-    if x.dim() == 2:
-        x = x.unsqueeze(0)
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(-3, -2)
+@wrong("ex-06-head-writes", "check_per_head_writes", "concatenated the heads with a reshape, no transpose, then "
+       "cut the concatenation per head", "merge-no-transpose")
+def writes_concat_by_reshape(O, W_O):
+    B, h, T, d_v = O.shape
+    concat = O.reshape(B, T, h * d_v)
+    W = W_O.weight.T
+    return torch.stack([concat[..., n * d_v:(n + 1) * d_v] @ W[n * d_v:(n + 1) * d_v] for n in range(h)], dim=1)
 
 
-@wrong("ex-06-split", "check_split_heads", "swapped the last two axes instead of heads and T: (..., T, d_head, h)",
-       "heads-last")
-def split_transpose_last_two(x, h):
-    *lead, T, d_model = x.shape
-    return x.reshape(*lead, T, h, d_model // h).transpose(-1, -2)
+@wrong("ex-06-head-writes", "check_per_head_writes", "returned the sum of the heads' terms, the layer's work",
+       "summed")
+def writes_summed(O, W_O):
+    h, d_v = O.shape[1], O.shape[-1]
+    return (O @ W_O.weight.T.reshape(h, d_v, -1)).sum(dim=1)
 
 
 # --- ex-06-heads-first --------------------------------------------------------------------------------------------

@@ -7,66 +7,6 @@ from torch.nn.functional import gelu, rms_norm
 
 from wrong_answers import Wrong, collect, wrong
 
-# --- ex-07-layernorm ----------------------------------------------------------------------------------------------
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "all arithmetic in X's dtype, float16 included", "float16-statistics")
-def ln_in_own_dtype(X, gamma, beta):
-    mu = X.mean(dim=-1, keepdim=True)
-    var = ((X - mu) ** 2).mean(dim=-1, keepdim=True)
-    return gamma * (X - mu) / torch.sqrt(var + 1e-5) + beta
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "unbiased variance (divides by d_model - 1)", "unbiased-variance")
-def ln_unbiased(X, gamma, beta):
-    Xf = X.double()
-    mu = Xf.mean(dim=-1, keepdim=True)
-    var = Xf.var(dim=-1, keepdim=True)
-    return (gamma.double() * (Xf - mu) / torch.sqrt(var + 1e-5) + beta.double()).to(X.dtype)
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "eps added to the standard deviation, outside the square root",
-       "eps-outside-sqrt")
-def ln_eps_outside(X, gamma, beta):
-    Xf = X.float()
-    mu = Xf.mean(-1, keepdim=True)
-    sd = (Xf - mu).pow(2).mean(-1, keepdim=True).sqrt()
-    return (gamma.float() * (Xf - mu) / (sd + 1e-5) + beta.float()).to(X.dtype)
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "upcasts to float32 and forgets to cast the result back", "dtype")
-def ln_returns_float32(X, gamma, beta):
-    Xf = X.float()
-    mu = Xf.mean(-1, keepdim=True)
-    var = Xf.var(-1, keepdim=True, unbiased=False)
-    return gamma.float() * (Xf - mu) / torch.sqrt(var + 1e-5) + beta.float()
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "statistics over dim=1, as if X were always (T, d_model)")
-def ln_dim1(X, gamma, beta):
-    Xf = X.float()
-    mu = Xf.mean(dim=1, keepdim=True)
-    var = ((Xf - mu) ** 2).mean(dim=1, keepdim=True)
-    return (gamma.float() * (Xf - mu) / torch.sqrt(var + 1e-5) + beta.float()).to(X.dtype)
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "variance as E[x^2] - E[x]^2 in float32 (cancels on a large offset)",
-       "cancellation")
-def ln_moment_formula(X, gamma, beta):
-    Xf = X.float()
-    mu = Xf.mean(-1, keepdim=True)
-    var = (Xf * Xf).mean(-1, keepdim=True) - mu * mu
-    return (gamma.float() * (Xf - mu) * torch.rsqrt(var + 1e-5) + beta.float()).to(X.dtype)
-
-
-@wrong("ex-07-layernorm", "check_layer_norm", "shift added before the scale: (x_hat + beta) * gamma")
-def ln_beta_first(X, gamma, beta):
-    Xf = X.double()
-    mu = Xf.mean(-1, keepdim=True)
-    var = ((Xf - mu) ** 2).mean(-1, keepdim=True)
-    return (((Xf - mu) / torch.sqrt(var + 1e-5) + beta.double()) * gamma.double()).to(X.dtype)
-
-
 # --- ex-07-mlp-chunks ---------------------------------------------------------------------------------------------
 
 
@@ -105,7 +45,7 @@ def mlp_float32_accumulator(X, W_1, b_1, W_2, b_2, chunk):
     return (out + b_2.float()).to(X.dtype)
 
 
-@wrong("ex-07-mlp-chunks", "check_mlp_in_chunks", "forgets the first bias b_1")
+@wrong("ex-07-mlp-chunks", "check_mlp_in_chunks", "forgets the first bias b_1", "no-b_1")
 def mlp_no_b1(X, W_1, b_1, W_2, b_2, chunk):
     parts = [gelu(X @ W_1[:, s:s + chunk]) @ W_2[s:s + chunk] for s in range(0, W_1.shape[1], chunk)]
     return sum(parts) + b_2
@@ -150,7 +90,8 @@ def run_block_post_everywhere(X, block):
     return stream
 
 
-@wrong("ex-07-run-block", "check_run_block", "Pre-Norm fixed, but both sublayers normed by block.ln_1")
+@wrong("ex-07-run-block", "check_run_block", "Pre-Norm fixed, but both sublayers normed by block.ln_1",
+       "ln_1-for-mlp")
 def run_block_one_norm(X, block):
     stream = X
     for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
@@ -185,7 +126,8 @@ def run_block_reads_input(X, block):
     return stream
 
 
-@wrong("ex-07-run-block", "check_run_block", "Pre-Norm fixed, but a final norm added after the loop")
+@wrong("ex-07-run-block", "check_run_block", "Pre-Norm fixed, but a final norm added after the loop",
+       "final-norm")
 def run_block_extra_final_norm(X, block):
     stream = X
     for norm, sublayer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
@@ -194,6 +136,61 @@ def run_block_extra_final_norm(X, block):
         else:
             stream = stream + sublayer(norm(stream))
     return stream if block.norm == "post" else block.ln_2(stream)
+
+
+# --- ex-07-parallel ----------------------------------------------------------------------------------------------
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "kept the sequential order: the MLP reads ln_1 of the middle "
+       "stream", "sequential")
+def parallel_mlp_reads_H(X, block):
+    H = X + block.attn(block.ln_1(X))
+    return H + block.mlp(block.ln_1(H))
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "each sublayer with its own LayerNorm, ln_1 and ln_2",
+       "two-norms")
+def parallel_two_layernorms(X, block):
+    A = block.attn(block.ln_1(X))
+    M = block.mlp(block.ln_2(X))
+    return X + A + M
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "a residual addition around each branch, then the branches "
+       "added", "residual-twice")
+def parallel_two_residuals(X, block):
+    x = block.ln_1(X)
+    return (X + block.attn(x)) + (X + block.mlp(x))
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "overwrote X with its normalised copy before the sum",
+       "normed-residual")
+def parallel_residual_is_copy(X, block):
+    X = block.ln_1(X)
+    return X + block.attn(X) + block.mlp(X)
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "the shared LayerNorm taken as the MLP's, ln_2", "ln_2")
+def parallel_shared_ln_2(X, block):
+    x = block.ln_2(X)
+    return X + block.attn(x) + block.mlp(x)
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "called the block for attention's half: block(X) is the "
+       "sequential block", "sequential")
+def parallel_from_block_call(X, block):
+    return block(X)
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "the two branches averaged instead of added")
+def parallel_branches_averaged(X, block):
+    x = block.ln_1(X)
+    return X + (block.attn(x) + block.mlp(x)) / 2
+
+
+@wrong("ex-07-parallel", "check_parallel_block", "one LayerNorm after the sum, Post-Norm style", "norm-after")
+def parallel_norm_last(X, block):
+    return block.ln_1(X + block.attn(X) + block.mlp(X))
 
 
 # --- ex-07-predict-flops ------------------------------------------------------------------------------------------
@@ -208,9 +205,10 @@ flops_2 = Wrong("ex-07-predict-flops", "check_block_flops", 572160, "MLP width t
 flops_3 = Wrong("ex-07-predict-flops", "check_block_flops", 403200, "forgot the output projection W_O",
                 frozenset({"no-W_O"}))
 flops_4 = Wrong("ex-07-predict-flops", "check_block_flops", 439680,
-                "halved the attention products for the causal mask")
+                "halved the attention products for the causal mask", frozenset({"causal-half"}))
 flops_5 = Wrong("ex-07-predict-flops", "check_block_flops", 506880,
-                "attention products with d_model per head, not d_head")
+                "attention products with d_model per head, not d_head",
+                frozenset({"d_model-per-head"}))
 
 
 # --- ex-07-rms-norm -----------------------------------------------------------------------------------------------
@@ -221,7 +219,8 @@ def rms_no_centre(X, gamma, beta):
     return rms_norm(X, X.shape[-1:], gamma, 1e-5) + beta
 
 
-@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "gamma passed as weight and multiplied again")
+@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "gamma passed as weight and multiplied again",
+       "gamma-twice")
 def rms_gamma_twice(X, gamma, beta):
     Xc = X - X.mean(-1, keepdim=True)
     return gamma * rms_norm(Xc, (X.shape[-1],), gamma, 1e-5) + beta
@@ -233,7 +232,8 @@ def rms_default_eps(X, gamma, beta):
     return rms_norm(Xc, (X.shape[-1],), gamma) + beta
 
 
-@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "mean taken over the first axis")
+@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "mean taken over the first axis",
+       "center-wrong-axis")
 def rms_mean_axis0(X, gamma, beta):
     Xc = X - X.mean(0, keepdim=True)
     return rms_norm(Xc, (X.shape[-1],), gamma, 1e-5) + beta
@@ -245,7 +245,8 @@ def rms_no_beta(X, gamma, beta):
     return rms_norm(Xc, (X.shape[-1],), gamma, 1e-5)
 
 
-@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "normalized_shape X.shape[1:] (all but the first axis)")
+@wrong("ex-07-rms-norm", "check_layer_norm_from_rms", "normalized_shape X.shape[1:] (all but the first axis)",
+       "rms-wrong-axes")
 def rms_shape_tail(X, gamma, beta):
     Xc = X - X.mean(-1, keepdim=True)
     return rms_norm(Xc, X.shape[1:], None, 1e-5) * gamma + beta

@@ -142,7 +142,8 @@ def lens_stack_dim1(X0, blocks, ln_f, head):
     return torch.stack([head(ln_f(X)) for X in states], dim=1)
 
 
-@wrong("ex-08-lens", "check_logit_lens", "torch.cat instead of stack: ((L + 1) B, T, vocab)")
+@wrong("ex-08-lens", "check_logit_lens", "torch.cat instead of stack: ((L + 1) B, T, vocab)",
+       "concatenated")
 def lens_cat(X0, blocks, ln_f, head):
     states = [X0]
     for b in blocks:
@@ -176,7 +177,8 @@ def lens_before_block(X0, blocks, ln_f, head):
 # --- ex-08-windows ------------------------------------------------------------------------------------------------
 
 
-@wrong("ex-08-windows", "check_text_windows", "n = len // T and targets by torch.roll (last target wraps to 0)")
+@wrong("ex-08-windows", "check_text_windows", "n = len // T and targets by torch.roll (last target wraps to 0)",
+       "one-too-many")
 def windows_roll(data, T):
     n = len(data) // T
     x = data[:n * T]
@@ -197,21 +199,24 @@ def windows_T_plus_1(data, T):
     return blocks[:, :-1], blocks[:, 1:]
 
 
-@wrong("ex-08-windows", "check_text_windows", "pads the leftover tokens into a last window with zeros")
+@wrong("ex-08-windows", "check_text_windows", "pads the leftover tokens into a last window with zeros",
+       "one-too-many")
 def windows_padded(data, T):
     n = -(-(len(data) - 1) // T)
     padded = torch.cat([data, data.new_zeros(n * T + 1 - len(data))])
     return padded[:-1].view(n, T), padded[1:].view(n, T)
 
 
-@wrong("ex-08-windows", "check_text_windows", "drops the leftover at the start instead of the end")
+@wrong("ex-08-windows", "check_text_windows", "drops the leftover at the start instead of the end",
+       "aligned-to-end")
 def windows_from_end(data, T):
     n = (len(data) - 1) // T
     tail = data[len(data) - (n * T + 1):]
     return tail[:-1].reshape(n, T), tail[1:].reshape(n, T)
 
 
-@wrong("ex-08-windows", "check_text_windows", "n = len // T - 1: one window too few when the text fits exactly")
+@wrong("ex-08-windows", "check_text_windows", "n = len // T - 1: one window too few when the text fits exactly",
+       "one-too-few")
 def windows_one_short(data, T):
     n = len(data) // T - 1
     return data[:n * T].reshape(n, T), data[1:n * T + 1].reshape(n, T)
@@ -251,33 +256,39 @@ def _generate(model, ids, n_new, chunk, *, attend=None, embed_offset=True, qkv_o
     return seq
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "SDPA with is_causal=True (top-left mask) for every chunk")
+@wrong("ex-08-kv-cache", "check_cached_generation", "SDPA with is_causal=True (top-left mask) for every chunk",
+       "top-left-mask")
 def kv_sdpa_is_causal(model, ids, n_new, chunk):
     sdpa = lambda Q, K, V: scaled_dot_product_attention(Q, K, V, is_causal=True)  # noqa: E731
     return _generate(model, ids, n_new, chunk, attend=sdpa)
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "causal=False: a chunk's rows read its later rows")
+@wrong("ex-08-kv-cache", "check_cached_generation", "causal=False: a chunk's rows read its later rows",
+       "unmasked")
 def kv_no_mask(model, ids, n_new, chunk):
     return _generate(model, ids, n_new, chunk, attend=lambda Q, K, V: attention(Q, K, V, causal=False))
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "embed_tokens without the offset (learned positions restart)")
+@wrong("ex-08-kv-cache", "check_cached_generation", "embed_tokens without the offset (learned positions restart)",
+       "no-offset")
 def kv_embed_no_offset(model, ids, n_new, chunk):
     return _generate(model, ids, n_new, chunk, embed_offset=False)
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "qkv without the offset (RoPE restarts each chunk)")
+@wrong("ex-08-kv-cache", "check_cached_generation", "qkv without the offset (RoPE restarts each chunk)",
+       "no-offset")
 def kv_qkv_no_offset(model, ids, n_new, chunk):
     return _generate(model, ids, n_new, chunk, qkv_offset=False)
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "overwrites the cache with the newest chunk's K and V")
+@wrong("ex-08-kv-cache", "check_cached_generation", "overwrites the cache with the newest chunk's K and V",
+       "cache-overwritten")
 def kv_overwrites(model, ids, n_new, chunk):
     return _generate(model, ids, n_new, chunk, keep=False)
 
 
-@wrong("ex-08-kv-cache", "check_cached_generation", "feeds the last prompt token again after the prompt")
+@wrong("ex-08-kv-cache", "check_cached_generation", "feeds the last prompt token again after the prompt",
+       "last-token-twice")
 def kv_refeeds_last(model, ids, n_new, chunk):
     return _generate(model, ids, n_new, chunk, refeed=True)
 

@@ -128,7 +128,7 @@ del _i, _w, WRONG_TILES
 def fix_clone_too_late(Q, K, V, block_q, block_k):
     T_q, T_k = Q.shape[-2], K.shape[-2]
     m = Q.new_full(Q.shape[:-1], -math.inf)
-    l = Q.new_zeros(Q.shape[:-1])
+    ell = Q.new_zeros(Q.shape[:-1])
     O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])
     pos = torch.arange(T_k - T_q, T_k)
     for k0 in range(0, T_k, block_k):
@@ -143,18 +143,18 @@ def fix_clone_too_late(Q, K, V, block_q, block_k):
             m_old = m[..., rows].clone()
             rescale = torch.exp(m_old - m[..., rows])
             P = torch.exp(Z - m[..., rows, None])
-            l[..., rows] = rescale * l[..., rows] + P.sum(-1)
+            ell[..., rows] = rescale * ell[..., rows] + P.sum(-1)
             O[..., rows, :] = rescale[..., None] * O[..., rows, :] + P @ V[..., keys, :]
-    return O / l[..., None]
+    return O / ell[..., None]
 
 
-def _key_outer(Q, K, V, block_q, block_k, *, rescale_fn=None, p_old=False, l_rescaled=True, o_rescaled=True,
+def _key_outer(Q, K, V, block_q, block_k, *, rescale_fn=None, p_old=False, ell_rescaled=True, o_rescaled=True,
                mask_ge=False, divide=True, state_dtype=None, store_m=True):
     """Key blocks outer, with the view fixed by .clone(); keyword switches plant one slip each."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
     dt = Q.dtype if state_dtype is None else state_dtype
     m = torch.full(Q.shape[:-1], -math.inf, dtype=dt)
-    l = torch.zeros(Q.shape[:-1], dtype=dt)
+    ell = torch.zeros(Q.shape[:-1], dtype=dt)
     O = torch.zeros(*Q.shape[:-1], V.shape[-1], dtype=dt)
     pos = torch.arange(T_k - T_q, T_k)
     for k0 in range(0, T_k, block_k):
@@ -173,10 +173,10 @@ def _key_outer(Q, K, V, block_q, block_k, *, rescale_fn=None, p_old=False, l_res
                 m[..., rows] = m_new
             rescale = rescale_fn(m_old, m_new) if rescale_fn else torch.exp(m_old - m_new)
             P = torch.exp(Z - (m_old if p_old else m_new)[..., None])
-            l[..., rows] = (rescale if l_rescaled else 1.0) * l[..., rows] + P.sum(-1)
+            ell[..., rows] = (rescale if ell_rescaled else 1.0) * ell[..., rows] + P.sum(-1)
             PV = torch.einsum("...qk,...kd->...qd", P, V[..., keys, :])
             O[..., rows, :] = (rescale[..., None] if o_rescaled else 1.0) * O[..., rows, :] + PV
-    out = O / l[..., None] if divide else O
+    out = O / ell[..., None] if divide else O
     return out.to(Q.dtype)
 
 
@@ -191,9 +191,9 @@ def fix_p_old_max(Q, K, V, block_q, block_k):
     return _key_outer(Q, K, V, block_q, block_k, p_old=True)
 
 
-@wrong("ex-09-fix-tiled", "check_fixed_tiled_attention", "rescales O but forgets to rescale ℓ", "l-not-rescaled")
+@wrong("ex-09-fix-tiled", "check_fixed_tiled_attention", "rescales O but forgets to rescale ℓ", "ell-not-rescaled")
 def fix_l_not_rescaled(Q, K, V, block_q, block_k):
-    return _key_outer(Q, K, V, block_q, block_k, l_rescaled=False)
+    return _key_outer(Q, K, V, block_q, block_k, ell_rescaled=False)
 
 
 @wrong("ex-09-fix-tiled", "check_fixed_tiled_attention", "rescales ℓ but forgets to rescale O", "O-not-rescaled")
@@ -230,7 +230,7 @@ def fix_m_not_stored(Q, K, V, block_q, block_k):
 def fix_detach(Q, K, V, block_q, block_k):
     T_q, T_k = Q.shape[-2], K.shape[-2]
     m = Q.new_full(Q.shape[:-1], -math.inf)
-    l = Q.new_zeros(Q.shape[:-1])
+    ell = Q.new_zeros(Q.shape[:-1])
     O = Q.new_zeros(*Q.shape[:-1], V.shape[-1])
     pos = torch.arange(T_k - T_q, T_k)
     for k0 in range(0, T_k, block_k):
@@ -245,9 +245,9 @@ def fix_detach(Q, K, V, block_q, block_k):
             m[..., rows] = torch.maximum(m_old, Z.amax(-1))
             rescale = torch.exp(m_old - m[..., rows])
             P = torch.exp(Z - m[..., rows, None])
-            l[..., rows] = rescale * l[..., rows] + P.sum(-1)
+            ell[..., rows] = rescale * ell[..., rows] + P.sum(-1)
             O[..., rows, :] = rescale[..., None] * O[..., rows, :] + P @ V[..., keys, :]
-    return O / l[..., None]
+    return O / ell[..., None]
 
 
 @wrong("ex-09-fix-tiled", "check_fixed_tiled_attention",
@@ -259,7 +259,7 @@ def fix_rewrite_no_offset(Q, K, V, block_q, block_k):
         q1 = min(q0 + block_q, T_q)
         pos = torch.arange(q0, q1)
         m = torch.full(Q.shape[:-2] + (q1 - q0,), -math.inf, dtype=Q.dtype)
-        l = torch.zeros_like(m)
+        ell = torch.zeros_like(m)
         O = torch.zeros(*m.shape, V.shape[-1], dtype=Q.dtype)
         for k0 in range(0, T_k, block_k):
             k1 = min(k0 + block_k, T_k)
@@ -270,10 +270,10 @@ def fix_rewrite_no_offset(Q, K, V, block_q, block_k):
             m_new = torch.maximum(m, Z.amax(-1))
             a = torch.exp(m - m_new)
             P = torch.exp(Z - m_new[..., None])
-            l = a * l + P.sum(-1)
+            ell = a * ell + P.sum(-1)
             O = a[..., None] * O + P @ V[..., k0:k1, :]
             m = m_new
-        out[..., q0:q1, :] = O / l[..., None]
+        out[..., q0:q1, :] = O / ell[..., None]
     return out
 
 

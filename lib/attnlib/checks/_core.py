@@ -1,21 +1,11 @@
-"""The machinery behind every exercise checker.
+"""The engine behind every exercise checker.
 
-A checker runs the learner's function on fixed inputs and compares it with the library's answer: values,
-shape, dtype and device. When the answer is wrong it also runs each known mistake (a planted wrong version)
-on the same inputs: a mistake is named only when the learner's output matches it on every input. A checker
-never raises.
-
-Every call gets its own deep copy of the inputs (tensors and modules alike); after the call the copy is
-compared with the original, so a function that changes an input in place is told so. A module that comes
-back sharing a parameter with a module that went in is told so too.
-
-Hints are a ladder of three levels. The first (``check_…(fn)``) asks a question or names a property that
-fails; the second (``verdict.hint(2)``, or ``check_…(fn, hint=2)``) points to where to look; the third
-(``verdict.hint(3)``) shows the smallest case that differs, made from the results already computed. No level
-holds the code of the fix, and stepping up never runs the learner's code again.
-
-A verdict shows itself at the call, exactly once: printed in plain Python, displayed in Jupyter (where the
-returned object, if it is also the cell's last expression, does not display a second time).
+A checker runs the learner's function once per case, on a deep copy of fixed inputs, and compares the result with
+the library's: values, shape, dtype, device, inputs changed in place, parameters shared with the inputs. A known
+mistake (a planted wrong version) is named only when the learner's output matches it on every case. A checker
+never raises. Hints are a ladder: level 1 (``check_…(fn)``) asks a question or names a failing property, level 2
+(``hint=2`` or ``verdict.hint(2)``) says where to look, level 3 shows the smallest differing case, made from the
+results already computed. No level holds the fix's code. A verdict shows itself at the call, exactly once.
 """
 
 from __future__ import annotations
@@ -31,8 +21,9 @@ import pathlib
 import sys
 import sysconfig
 import textwrap
+import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,18 +35,13 @@ from .._validate import boundary
 __all__ = ["Verdict", "Mistake", "Group", "variants", "Guess", "judge", "judge_number", "checker", "progress",
            "named", "hint_level", "shared_parameters"]
 
-# The verdict glyphs: both are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine,
-# so they read correctly in a terminal, JupyterLab and the rendered book alike.
+# both glyphs are in DejaVu Sans Mono, the fallback monospace font of a bare Linux machine
 CORRECT, NOT_YET = "✓ correct: ", "✗ not yet: "
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a checker says: ``ok``, a message for the learner, and the label of a recognised mistake.
-
-    ``ladder`` holds the message at each hint level (1, 2, 3); ``hint(n)`` steps up to level n from this
-    verdict, without running anything again. ``error`` is the learner's exception, when one was raised.
-    """
+    """What a checker says: ``ok``, a message, a mistake's label, each hint level's message, the learner's error."""
 
     ok: bool
     message: str
@@ -72,11 +58,8 @@ class Verdict:
     __str__ = __repr__
 
     def hint(self, level: int = 2) -> Verdict:
-        """This verdict at hint ``level`` (2: where to look; 3: the smallest case that differs), shown at the
-        call. Nothing is run again: every level was made from the results the check already had."""
-        if level not in (1, 2, 3) or isinstance(level, bool):
-            return show(Verdict(False, f"hint is 1, 2 or 3, got {level!r}.", "error"))
-        return show(_at_level(self, level))
+        """This verdict at hint ``level`` (2: where to look; 3: the smallest case that differs), run again never."""
+        return show(_bad_level(level) or _at_level(self, level))
 
     def _ipython_display_(self) -> None:
         # Jupyter's display hook: a verdict already shown in this cell is not shown again
@@ -87,7 +70,6 @@ class Verdict:
 
 
 def _shell():
-    """The running IPython shell, or None in plain Python."""
     ipython = sys.modules.get("IPython")
     try:
         return ipython.get_ipython() if ipython is not None else None
@@ -123,6 +105,12 @@ def show(verdict: Verdict) -> Verdict:
     return verdict
 
 
+def _bad_level(level) -> Verdict | None:
+    if level not in (1, 2, 3) or isinstance(level, bool):
+        return Verdict(False, f"hint is 1 (where to look), 2 or 3 (more), got {level!r}.", "error")
+    return None
+
+
 MORE = " (For a stronger hint, call .hint(2) on this verdict, or run the check again with hint=2.)"
 
 
@@ -135,36 +123,23 @@ def _at_level(verdict: Verdict, level: int, pointer: bool = True) -> Verdict:
                    ladder=ladder, error=verdict.error)
 
 
-def _with_level(verdict: Verdict, extra: str) -> Verdict:
-    """``verdict`` with a further level that adds ``extra`` to its last one."""
-    if not extra:
-        return verdict
-    ladder = verdict.ladder or (verdict.message,)
-    ladder = ladder + (ladder[-1],) * (2 - len(ladder))
-    return Verdict(verdict.ok, verdict.message, verdict.mistake, verdict.more, ladder[:2] + (ladder[1] + extra,),
-                   verdict.error)
+def _third(verdict: Verdict, extra: str, error: BaseException | None = None) -> Verdict:
+    """A named ``verdict`` with a third level: its second plus ``extra``."""
+    return replace(verdict, ladder=verdict.ladder[:2] + (verdict.ladder[-1] + extra,), error=error or verdict.error)
 
 
-# The hint level of the verdict being made: 1, 2 or 3 (asked for with ``check_…(…, hint=2)``).
 _LEVEL: contextvars.ContextVar[int] = contextvars.ContextVar("hint_level", default=1)
 
 
 def hint_level() -> int:
-    """The hint level of the checker call in progress: 1 by default, 2 or 3 after ``check_…(…, hint=2)``."""
+    """The hint level of the checker call in progress (1, or 2 and 3 after ``check_…(…, hint=2)``)."""
     return _LEVEL.get()
 
 
 @dataclass(frozen=True)
 class Mistake:
-    """A typical wrong answer: ``wrong(*args)`` computes it (None for one that only a diagnosis finds).
-
-    ``hint`` is the first level: a question or a failing property, never the fix's code. ``more`` is the
-    second level (``hint=2``): where to look, what the mistake is, said plainly. The third level is made by
-    the engine from the cached results (the smallest case that differs). Either text may hold
-    ``str.format`` fields that :func:`named` fills in. ``where(case)`` picks the named subset of the cases on
-    which the mistake must match (all of them when None): a mistake that a float16 case blurs, say, or a
-    property such as "right except where T divides the length" (``wrong`` is then the reference itself).
-    """
+    """A typical wrong answer ``wrong(*case)`` with its hints (levels 1 and 2); ``where(case)`` picks the cases on
+    which it must match (all when None)."""
 
     label: str
     hint: str
@@ -185,17 +160,12 @@ def named(m: Mistake | Guess, suffix: str = "", **fields) -> Verdict:
 
 
 def _gen(seed: int) -> torch.Generator:
-    """The seeded CPU generator that every checker draws its test inputs from."""
     return torch.Generator().manual_seed(seed)
 
 
 # --- comparing a result with the expected one ---------------------------------------------------------------------
 
 _NUMBER = (int, float)
-
-
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
 
 
 def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float = 1e-4) -> float | None:
@@ -209,13 +179,6 @@ def _values_differ(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float = 
     if bool(same_nan.all()) and torch.allclose(a0, b0, atol=atol, rtol=rtol):
         return None
     return (a - b).abs().nan_to_num(math.inf).max().item() if a.numel() else math.inf
-
-
-def _largest(diff: float) -> str:
-    """The largest difference, in words a learner can use (never an astronomic number)."""
-    if not math.isfinite(diff) or diff > 1e30:
-        return "some entries are infinite or NaN where the expected ones are not, or the other way round"
-    return f"largest difference {diff:.3g}"
 
 
 def _float64_close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -259,18 +222,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _difference(got, want, atol: float, where: str | None = None, strict: bool = True) -> tuple[str, str] | None:
-    """None when ``got`` matches ``want``; otherwise (label, message) describing the first difference.
-
-    A tensor is compared shape first, then values, then (when ``strict``) dtype and device. A tuple or list is
-    compared element by element (length, then each element's type and shape, then values), never flattened,
-    so each element's shape counts.
-    """
+    """None when ``got`` matches ``want``, else (label, message) of the first difference (dtype, device if strict)."""
     the = where or "the result"
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return "type", f"{the} should be a tensor, got {type(got).__name__}."
-        if _shape(got) != _shape(want):
-            return "shape", f"{the} has shape {_shape(got)}, expected {_shape(want)}."
+        if got.shape != want.shape:
+            return "shape", f"{the} has shape {tuple(got.shape)}, expected {tuple(want.shape)}."
         if got.is_meta != want.is_meta:   # a meta tensor holds no values to compare
             return "device", DEVICE.hint.format(the=the, got=got.device, want=want.device)
         if got.dtype.is_complex != want.dtype.is_complex:
@@ -284,8 +242,10 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
             return "values", (f"{the} has dtype {got.dtype}, expected {want.dtype}, and its values differ too. "
                              f"Which step of yours makes a {got.dtype} tensor?")
         if diff is not None:
-            return "values", (f"{the} has the right shape but the values differ ({_largest(diff)}); "
-                              f"compare your steps with the formula.")
+            largest = f"largest difference {diff:.3g}" if math.isfinite(diff) and diff <= 1e30 else \
+                "some entries are infinite or NaN where the expected ones are not, or the other way round"
+            return "values", f"{the} has the right shape but the values differ ({largest}); compare your steps " \
+                             "with the formula."
         if strict and got.dtype != want.dtype:
             return "dtype", DTYPE.hint.format(the=the, got=got.dtype, want=want.dtype)
         if strict and got.device != want.device:
@@ -305,9 +265,9 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
         found = [d for i, (g, w) in enumerate(zip(got, want))
                  if (d := _difference(g, w, atol, f"element {i + 1} of {n} (index {i})"
                                       + ("" if where is None else f" of {where}"), strict)) is not None]
-        structural = [d for d in found if d[0] not in ("values", "dtype", "device")]
-        values = [d for d in found if d[0] == "values"]
-        return (structural or values or found or [None])[0]
+        # structure first, then values, then dtype and device
+        return min(found, key=lambda d: (d[0] in ("values", "dtype", "device")) + (d[0] in ("dtype", "device")),
+                   default=None)
     if isinstance(want, torch.nn.Module):
         return _module_difference(got, want, atol, the, strict)
     if isinstance(want, _NUMBER) and not isinstance(want, bool):
@@ -342,15 +302,13 @@ def _module_difference(got, want: torch.nn.Module, atol: float, the: str, strict
 
 
 def _close(a, b, atol: float) -> bool:
-    """Whether ``a`` matches ``b`` in value (tensors, or tuples of them compared element by element, shapes
-    included; dtype and device not compared, so a mistake is recognised in any dtype)."""
+    """Whether ``a`` matches ``b`` in value and shape, in any dtype and on any device."""
     return _difference(a, b, atol, strict=False) is None
 
 
 # --- what a call did to its inputs ----------------------------------------------------------------------------------
 
 def _tensors_of(x, prefix: str) -> list[tuple[str, torch.Tensor]]:
-    """Every tensor an input holds, named: a tensor itself, a module's state, the items of a tuple, list or dict."""
     if isinstance(x, torch.Tensor):
         return [(prefix, x)]
     if isinstance(x, torch.nn.Module):
@@ -380,11 +338,11 @@ def _argument_names(fn: Callable, n: int) -> list[str]:
     return [names[i] if i < len(names) else f"argument {i + 1}" for i in range(n)]
 
 
-def _changed_in_place(fn: Callable, after: tuple, before: tuple, mutable: Sequence[int]) -> str | None:
-    """The name of the first input (outside ``mutable``) whose tensors ``fn`` changed, or None."""
+def _changed_in_place(fn: Callable, after: tuple, before: tuple, mutable: Sequence[int | str]) -> str | None:
+    """The name of the first input (outside ``mutable``: positions or names) whose tensors ``fn`` changed, or None."""
     names = _argument_names(fn, len(after))
     for i, (a, b) in enumerate(zip(after, before)):
-        if i in mutable:
+        if i in mutable or names[i] in mutable:
             continue
         ta, tb = _tensors_of(a, names[i]), _tensors_of(b, names[i])
         if len(ta) != len(tb):
@@ -413,8 +371,7 @@ SHARED = Mistake(
 
 
 def shared_parameters(built, given) -> list[str]:
-    """Names of the parameters of ``built`` (a module, or a tuple of them) that share storage with a tensor of
-    ``given`` (the inputs: modules, tensors, tuples of them)."""
+    """Names of the parameters of ``built`` (modules, tuples of them) that share storage with a tensor of ``given``."""
     taken = {t.untyped_storage().data_ptr() for _, t in _tensors_of(given, "input") if t.numel()}
     return [name for name, p in _tensors_of(built, "result")
             if isinstance(p, torch.nn.Parameter) and p.numel() and p.untyped_storage().data_ptr() in taken]
@@ -423,23 +380,15 @@ def shared_parameters(built, given) -> list[str]:
 # --- running the learner's function ---------------------------------------------------------------------------------
 
 def _fresh(case: tuple) -> tuple:
-    """A deep copy of one test input: tensors, modules and whatever they share, copied together."""
     try:
         return copy.deepcopy(tuple(case))
     except Exception:  # e.g. a non-leaf tensor: fall back to copying the tensors
         return tuple(c.detach().clone() if isinstance(c, torch.Tensor) else c for c in case)
 
 
-def _folders_not_the_learners() -> tuple[pathlib.Path, ...]:
-    paths = {pathlib.Path(torch.__file__).parent, pathlib.Path(__file__).resolve().parents[1]}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            paths.add(pathlib.Path(p))
-    return tuple(p.resolve() for p in paths)
-
-
-_NOT_THE_LEARNERS = _folders_not_the_learners()
+_NOT_THE_LEARNERS = tuple({pathlib.Path(p).resolve() for p in (
+    pathlib.Path(torch.__file__).parent, pathlib.Path(__file__).resolve().parents[1],
+    *map(sysconfig.get_paths().get, ("stdlib", "platstdlib", "purelib", "platlib"))) if p})
 
 
 def _in_library(filename: str) -> bool:
@@ -451,28 +400,18 @@ def _in_library(filename: str) -> bool:
 
 
 def _is_stub(e: BaseException) -> bool:
-    """A ``NotImplementedError`` raised by a ``raise`` statement of the learner's own code: the untouched stub.
-
-    The last frame of the traceback must be outside torch, this library and the installed packages, and its
-    last instruction must be a ``raise``: an error that torch raises from its C++ core (the last frame is the
-    learner's call of a torch function) or from its Python code (the last frame is torch's) does not count.
-    """
+    """A ``NotImplementedError`` raised by a ``raise`` of the learner's own code, not by torch: the stub."""
     if not isinstance(e, NotImplementedError) or e.__traceback__ is None:
         return False
     tb = e.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    if _in_library(code.co_filename):
-        return False
-    for ins in dis.get_instructions(code):
-        if ins.offset == tb.tb_lasti:
-            return ins.opname == "RAISE_VARARGS"
-    return True   # the instruction cannot be found (another interpreter): trust the frame
+    code = tb.tb_frame.f_code   # an instruction that cannot be found (another interpreter): trust the frame
+    return not _in_library(code.co_filename) and next(
+        (ins.opname == "RAISE_VARARGS" for ins in dis.get_instructions(code) if ins.offset == tb.tb_lasti), True)
 
 
 def _same_failure(a: BaseException, b: BaseException) -> bool:
-    """The same exception: its type and its arguments (not how its message happens to be printed)."""
     return type(a) is type(b) and a.args == b.args
 
 
@@ -486,8 +425,7 @@ FINITE = Mistake(
 
 
 def _overflow_errors() -> list[BaseException]:
-    """The errors torch raises for a fill value that does not fit the tensor's dtype, to match by type and
-    arguments (the learner's -1e9 in float16 scores)."""
+    """The errors torch raises for a fill value that does not fit the dtype (the learner's -1e9 in float16)."""
     found = []
     for dtype in (torch.float16, torch.bfloat16):
         try:
@@ -498,11 +436,6 @@ def _overflow_errors() -> list[BaseException]:
 
 
 _OVERFLOWS = _overflow_errors()
-
-
-def _error_name(e: BaseException) -> str:
-    """The exception's class as a learner can look it up: the first public one (never a checker's own)."""
-    return next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))
 
 
 STUB = Mistake("stub", "the function is still the stub: replace `raise NotImplementedError` with your code.")
@@ -519,20 +452,12 @@ class Group:
 
 
 def variants(wrong: Callable, table: Sequence[tuple], where: Callable[[tuple], bool] | None = None) -> list[Mistake]:
-    """The mistakes that one planted function makes with its switches: rows of (label, switches, hint) or
-    (label, switches, hint, more).
-
-    ``wrong(*case, **switches)`` computes the wrong answer of each row, so a table reads as a list of mistakes,
-    each with the switch that plants it and the hints that answer it (first level, then second); ``where``
-    picks the subset of cases on which each must match.
-    """
+    """The mistakes planted by ``wrong(*case, **switches)``, one per row (label, switches, hint[, more])."""
     return [Mistake(row[0], row[2], functools.partial(wrong, **row[1]), *row[3:], where=where) for row in table]
 
 
 class Watch(TorchDispatchMode):
-    """What one call did, recorded while it ran: the aten operators (``ops``), the shapes of the tensors they
-    made (``shapes``) and the qualified names of the Python functions called (``calls``), so that a checker can
-    tell that the learner called the thing to be built, or held a tensor wider than allowed."""
+    """What one call did: its aten ``ops``, the ``shapes`` they made, the Python functions it ``calls``."""
 
     def __init__(self):
         super().__init__()
@@ -558,11 +483,10 @@ class Watch(TorchDispatchMode):
 
 
 class _Run:
-    """The learner's function on every case, each call on its own deep copy, run once and remembered (with
-    what it did, a :class:`Watch`, when ``watch``)."""
+    """The learner's function on every case, each on its own deep copy, run once and remembered."""
 
     def __init__(self, fn: Callable, mutable: Sequence[int | str], watch: bool = False):
-        self.fn, self.mutable, self._seen, self._cases, self.watch, self.watches = fn, mutable, {}, {}, watch, {}
+        self.fn, self.mutable, self._seen, self.watch, self.watches = fn, mutable, {}, watch, {}
 
     def __call__(self, case: tuple) -> tuple[object, BaseException | None, tuple]:
         key = id(case)
@@ -573,16 +497,10 @@ class _Run:
                 self._seen[key] = (watch.run(self.fn, args) if self.watch else self.fn(*args), None, args)
             except Exception as e:  # noqa: BLE001 - the learner's bug must not crash the checker
                 self._seen[key] = (None, e, args)
-            self._cases[key] = case
         return self._seen[key]
 
-    def cached(self) -> list[tuple[tuple, tuple]]:
-        """Every case run so far, with (result, exception, inputs after the call)."""
-        return [(self._cases[k], v) for k, v in self._seen.items()]
-
     def outputs(self) -> list[tuple[tuple, object, BaseException | None]]:
-        """(case, result, exception) for every case of the check, each case run once (the cached result when it
-        ran already): what a ``diagnose`` reads instead of running the learner's code again."""
+        """(case, result, exception) for every case of the check, each run once: what a ``diagnose`` reads."""
         return [(case, *self(case)[:2]) for case, _ in self.cases]
 
     def right(self, case: tuple, atol: float | None = None) -> bool:
@@ -594,41 +512,26 @@ class _Run:
 
 AS_GIVEN = "this is still the function as given"
 SAME_AS_GIVEN = "your code still computes what the function as given computes"
+_GIVEN = (AS_GIVEN, SAME_AS_GIVEN)
 
 
 def _code_key(code) -> tuple:
-    """What a code object computes, apart from its name, line numbers and docstring: its instructions with their
-    arguments resolved (so the docstring's slot among the constants shifts nothing; LOAD_METHOD as LOAD_ATTR)."""
+    """What a code object computes, apart from its name, line numbers and docstring (LOAD_METHOD as LOAD_ATTR)."""
     return tuple((i.opname.replace("LOAD_METHOD", "LOAD_ATTR"),
                   _code_key(i.argval) if inspect.iscode(i.argval) else (type(i.argval).__name__, repr(i.argval)))
                  for i in dis.get_instructions(code)), code.co_varnames, code.co_freevars
 
 
-def _same_code(fn: Callable, given: Callable) -> bool:
-    """Whether ``fn`` is literally ``given``: the same instructions, names and constants (comments, blank lines
-    and docstring aside), so a learner who edited the cell is never told it did not change."""
-    try:
-        return _code_key(fn.__code__) == _code_key(given.__code__)
-    except AttributeError:
-        return False
-
-
 def _found(m: Mistake, fn: Callable, suffix: str = "") -> Verdict:
-    """The verdict naming mistake ``m``, found in ``fn``. A mistake that says the function is still as given
-    says so only of code that is literally unchanged; edited code that makes the same mistake is told that."""
-    verdict = named(m, suffix)
-    if AS_GIVEN in m.hint and not (inspect.isfunction(m.wrong) and _same_code(fn, m.wrong)):
-        ladder = tuple(t.replace(AS_GIVEN, SAME_AS_GIVEN) for t in verdict.ladder)
-        verdict = _at_level(Verdict(False, ladder[0], m.label, ladder=ladder), hint_level(), pointer=False)
-    return verdict
+    """The verdict naming ``m``, found in ``fn``; "still as given" is said only of code literally unchanged."""
+    if AS_GIVEN in m.hint and not (inspect.isfunction(m.wrong) and hasattr(fn, "__code__")
+                                   and _code_key(fn.__code__) == _code_key(m.wrong.__code__)):
+        m = replace(m, hint=m.hint.replace(*_GIVEN), more=m.more and m.more.replace(*_GIVEN))
+    return named(m, suffix)
 
 
 def _matches_everywhere(m: Mistake, run: _Run, cases: Sequence[tuple[tuple, float]]) -> bool:
-    """Whether the learner's function gives mistake ``m``'s output (or its error) on every case.
-
-    A case on which the planted mistake cannot run, while the learner's function can, says nothing either
-    way and is skipped.
-    """
+    """Whether the learner's function gives ``m``'s output (or its error) on every case where ``m`` runs."""
     seen = False   # it must match where the answer is wrong, not only where a planted copy could not run
     for case, atol in cases:
         if m.where is not None and not m.where(case):
@@ -673,28 +576,19 @@ _WRAPPERS = ("checked", "wrapper", "wrapped", "inner", "decorated")
 
 
 def _where_raised(e: BaseException) -> tuple[str, str]:
-    """Where the learner's code raised ``e``: (its line, what the library was given), each "" when unknown.
-
-    The line is the deepest frame of the traceback outside torch, this library and the installed packages;
-    when frames of the library lie below it, the library raised the error, and the arguments it was given
-    are what the learner passed.
-    """
-    frames = []
-    tb = e.__traceback__
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    mine = [i for i, f in enumerate(frames) if not _in_library(f.tb_frame.f_code.co_filename)]
+    """(the line of the learner's code that raised ``e``, what the library below it was given), "" when unknown."""
+    frames = list(traceback.walk_tb(e.__traceback__))   # (frame, line number), outermost first
+    mine = [i for i, (f, _) in enumerate(frames) if not _in_library(f.f_code.co_filename)]
     if not mine:
         return "", ""
-    f = frames[mine[-1]]
-    code = f.tb_frame.f_code
-    source = linecache.getline(code.co_filename, f.tb_lineno).strip()
+    f, lineno = frames[mine[-1]]
+    code = f.f_code
+    source = linecache.getline(code.co_filename, lineno).strip()
     name = "your function" if code.co_name == "<lambda>" else f"`{code.co_name}`"
-    line = f"line {f.tb_lineno - code.co_firstlineno + 1} of {name}" + (f": `{source}`" if source else "")
+    line = f"line {lineno - code.co_firstlineno + 1} of {name}" + (f": `{source}`" if source else "")
     below = frames[mine[-1] + 1:]
     if below:
-        lib = below[0].tb_frame
+        lib = below[0][0]
         code = lib.f_code
         named_ = code.co_argcount + code.co_kwonlyargcount
         given = [f"{n} {describe(lib.f_locals[n])}" for n in code.co_varnames[:named_]
@@ -704,16 +598,16 @@ def _where_raised(e: BaseException) -> tuple[str, str]:
         who = f"`{code.co_name}`" if not code.co_name.startswith("_") and code.co_name not in _WRAPPERS else \
             "the library"
         return line, f"{who} raised it" + (f"; you passed {', '.join(given[:6])}" if given else "")
-    tensors = [(n, v) for n, v in f.tb_frame.f_locals.items() if isinstance(v, torch.Tensor)]
+    tensors = [(n, v) for n, v in f.f_locals.items() if isinstance(v, torch.Tensor)]
     given = ", ".join(f"{n} {describe(v)}" for n, v in tensors[:6])
     return line, (f"at that line your tensors are {given}" if given else "")
 
 
 def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: _Run,
                    cases: Sequence[tuple[tuple, float]]) -> Verdict:
-    """The learner's exception, with the case that raised it, that case's inputs and the line of their code.
-    A known mistake that fails in exactly the same way (type and arguments) explains the error best."""
-    raised = f"your function raised {_error_name(e)}: {e}"
+    """The learner's exception, with its case, inputs and line; a known mistake that fails the same way names it."""
+    public = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))   # never a checker's own
+    raised = f"your function raised {public}: {e}"
     if isinstance(e, NotImplementedError):
         raised += " (raised inside torch, not by a `raise` in your code)"
     number = next((i for i, (c, _) in enumerate(cases) if c is case), 0)
@@ -721,8 +615,7 @@ def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: 
     where = f" It raised on test case {number + 1} of {len(cases)} (inputs: {_inputs(run.fn, case)})" + (
         f", at {line}" if line else "") + "."
     if any(_same_failure(e, o) for o in _OVERFLOWS):
-        v = named(FINITE, f" ({raised})")
-        return Verdict(False, v.message, v.mistake, v.more, v.ladder + (v.ladder[-1] + where,), e)
+        return _third(named(FINITE, f" ({raised})"), where, e)
     ours = type(e).__module__.startswith(__name__.rpartition(".")[0])   # the checker's own guard: no repeat
     for m in mistakes:
         if m.wrong is None:
@@ -734,18 +627,17 @@ def _explain_error(e: Exception, case: tuple, mistakes: Sequence[Mistake], run: 
         except Exception as planted:  # noqa: BLE001 - compared with the learner's error below
             outside = _same_failure(planted, e)
         if outside and _matches_everywhere(m, run, cases):
-            v = _found(m, run.fn, "" if ours else f" ({raised})")
-            return Verdict(False, v.message, v.mistake, v.more, v.ladder[:2] + (v.ladder[-1] + where,), e)
+            return _third(_found(m, run.fn, "" if ours else f" ({raised})"), where, e)
     first = raised.rstrip(".") + "." + where
     second = first + (f" {given[0].upper()}{given[1:]}." if given else "")
     return Verdict(False, first, "error", ladder=(first, second), error=e)
 
 
 def _smallest_case(run: _Run, reference: Callable, atol: float) -> str:
-    """The smallest case (fewest input numbers) among those already run whose result differs from the expected
-    one: its inputs' shapes and dtypes and the first entries that differ."""
+    """The smallest case (fewest input numbers) already run whose result differs: its inputs and first entries."""
     found = []
-    for case, (got, e, _) in run.cached():
+    for case, _ in run.cases:
+        got, e, _ = run._seen.get(id(case), (None, None, None))
         if e is not None or got is None:
             continue
         try:
@@ -763,53 +655,32 @@ def _smallest_case(run: _Run, reference: Callable, atol: float) -> str:
 
 
 def _entries(got, want, atol: float, where: str = "") -> str:
-    """The first (up to three) entries where ``got`` differs from ``want``, or "" when none is found."""
     if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(want):
         for i, (g, w) in enumerate(zip(got, want)):
             if (text := _entries(g, w, atol, f" of element {i}")):
                 return text
         return ""
-    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)) or got.shape != want.shape:
-        return ""
-    if got.is_complex() or want.is_complex() or got.is_meta:
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)) or got.shape != want.shape or \
+            got.is_complex() or want.is_complex() or got.is_meta:
         return ""
     a, b = got.detach().cpu().double(), want.detach().cpu().double()
     bad = ~((a - b).abs() <= atol + 1e-4 * b.abs()) & ~(a.isnan() & b.isnan())
     if not bool(bad.any()):
         return ""
-    shown = []
-    for index in bad.nonzero()[:3].tolist():
-        index = tuple(index)
-        shown.append(f"at {index}{where} yours is {a[index].item():.4g}, expected {b[index].item():.4g}")
+    shown = [f"at {i}{where} yours is {a[i].item():.4g}, expected {b[i].item():.4g}"
+             for i in map(tuple, bad.nonzero()[:3].tolist())]
     more = int(bad.sum()) - len(shown)
     return "; ".join(shown) + (f" (and {more} more entries differ)" if more > 0 else "")
-
-
-def _mutable_indices(fn: Callable, n: int, mutable: Sequence[int | str]) -> tuple[int, ...]:
-    names = _argument_names(fn, n)
-    return tuple(i if isinstance(i, int) else names.index(i) for i in mutable if isinstance(i, int) or i in names)
 
 
 def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Callable,
           mistakes: Sequence[Mistake] = (), *, success: str = "matches the library on every test input.",
           atol: float = 1e-5, diagnose: Callable[[Verdict], Verdict | None] | None = None,
           mutable: Sequence[int] = (), properties: Callable | None = None, watch: bool = False) -> Verdict:
-    """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference.
-
-    The learner's function, the reference and each mistake get their own deep copy of ``case``. The result
-    must match in values, shape, dtype and device; a tuple result is compared element by element. After
-    the call every input is compared with the original (an in-place change is named, except for the
-    argument positions in ``mutable``), and a module in the result must not share a parameter with one in
-    the inputs. A mistake is named only when the learner's output matches it on every case. ``cases`` may be
-    groups, each with its own tolerance. ``diagnose(verdict)`` or ``diagnose(verdict, results)`` is a second
-    look at a rejected answer (what the table of mistakes cannot say, such as which shapes came back): it
-    returns a better verdict, or None to keep this one; if it fails, this one is kept. ``results.outputs()``
-    gives (case, result, exception) for every case from the same runs, so a diagnosis never runs the
-    learner's code again. ``properties(case, result, inputs, watch)`` looks at each case's cached result before
-    the comparison (a structure, a call of the thing to be built, a tensor held too wide: ``watch`` is what the
-    call did, recorded when ``watch`` is true) and returns a verdict when one fails; with ``reference`` None
-    the properties alone judge.
-    """
+    """Compare ``fn(*case)`` with ``reference(*case)`` for every case; explain the first difference. Inputs named in
+    ``mutable`` may change. ``diagnose(verdict[, run])`` may improve a rejection from ``run.outputs()``;
+    ``properties(case, result, inputs, watch)`` may reject a result before the comparison (or alone, without
+    ``reference``)."""
     if not callable(fn):
         return named(NOT_CALLABLE, kind=type(fn).__name__)
     groups = cases if cases and all(isinstance(c, Group) for c in cases) else [Group(cases, atol)]
@@ -831,12 +702,12 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
     for case, atol in cases:
         got, e, args = run(case)
         if e is not None:
-            if isinstance(e, NotImplementedError) and _is_stub(e):
+            if _is_stub(e):
                 return named(STUB)
             return _explain_error(e, case, mistakes, run, cases)
         if got is None:
             return named(NONE)
-        changed = _changed_in_place(run.fn, args, _fresh(case), _mutable_indices(run.fn, len(args), run.mutable))
+        changed = _changed_in_place(run.fn, args, _fresh(case), run.mutable)
         if changed is not None:
             return named(IN_PLACE, name=changed)
         if properties is not None:
@@ -859,7 +730,7 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         right_values = difference[0] in _FAMILY and _close(got, want, atol)
         for m in mistakes if not right_values else ():
             if m.wrong is not None and _matches_everywhere(m, run, cases):
-                return _with_level(_found(m, run.fn), _smallest_case(run, reference, atol))
+                return _third(_found(m, run.fn), _smallest_case(run, reference, atol))
         label, message = difference
         if label == "type" and isinstance(want, torch.Tensor):
             message = f"expected a tensor, got {type(got).__name__}."
@@ -876,11 +747,7 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
 
 @dataclass(frozen=True)
 class Guess:
-    """A typical wrong prediction for a "predict, then check" exercise: ``value`` and why it is wrong.
-
-    ``hint`` (the first level) says which part of the count is off, never the formula; ``more`` (``hint=2``)
-    says what the reasoning missed.
-    """
+    """A typical wrong prediction ``value``: ``hint`` says which part of the count is off, ``more`` why."""
 
     label: str
     hint: str
@@ -903,7 +770,6 @@ def _as_number(value) -> float | None:
 
 
 def _show(x: float) -> str:
-    """A number as a learner wrote it: whole numbers in full with thousands separators, others to 4 digits."""
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:.4g}"
 
 
@@ -915,11 +781,7 @@ NOT_A_NUMBER = Mistake("type", "a prediction is one number{quotes}, got {got}.")
 def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: float = 0.1,
                  success: str = "your prediction matches the measurement.",
                  again: str = "redo the reasoning step by step and predict again.") -> Verdict:
-    """Compare a learner's predicted number with the measured ``want`` (relative tolerance ``rtol``).
-
-    The stub of a prediction is ``...`` (Ellipsis) or ``None``; a prediction close to one of ``guesses``
-    gets that guess's hint; any other wrong number gets ``again``. For an exact count use a tiny ``rtol``.
-    """
+    """Compare a predicted number with the measured ``want`` within ``rtol``, naming the nearest of ``guesses``."""
     if value is ... or value is None:
         return named(PREDICT_STUB if value is ... else PREDICT_NONE)
     number = _as_number(value)
@@ -942,8 +804,6 @@ def judge_number(value, want: float, guesses: Sequence[Guess] = (), *, rtol: flo
 # --- what the learner has done so far in this kernel --------------------------------------------------------------
 
 _LAST: dict[str, Verdict] = {}
-
-
 KINDS = ("function", "predict")
 # The verdicts of the core that every checker of a kind can give, besides its own mistakes.
 _GENERAL_OF = {"function": (STUB, NONE, NOT_CALLABLE, IN_PLACE, SHARED, FINITE, DTYPE, DEVICE, PRECISION),
@@ -955,16 +815,8 @@ _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("checker_depth", de
 
 def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
             mistakes: Sequence[Mistake | Guess] = ()):
-    """Wrap an exercise checker: it never raises, never touches the learner's random state, takes a hint level
-    (``check_…(answer, hint=2)`` or ``hint=3``), shows its verdict at the call (once, in plain Python and in
-    Jupyter alike), and its last verdict is remembered for :func:`progress`. A checker called by another
-    checker shows nothing: only the outermost call does.
-
-    ``kind`` is the exercise's contract, kept on the checker as ``.kind``: ``@checker`` (``"function"``) judges a
-    function the learner writes, whose stub raises ``NotImplementedError``; ``@checker(kind="predict")`` judges
-    a predicted value, whose stub is ``...``. ``mistakes`` lists every mistake and guess the checker can name
-    (kept as ``.mistakes``, with the general ones), so a test can read each hint the learner may see.
-    """
+    """Wrap an exercise checker: it never raises, keeps the random state, takes ``hint=``, shows its verdict at the
+    outermost call only and remembers it for :func:`progress`; ``kind`` and ``mistakes`` are kept on it."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
     if fn is None:
@@ -972,25 +824,21 @@ def checker(fn: Callable[..., Verdict] | None = None, *, kind: str = "function",
 
     @functools.wraps(fn)
     def wrapped(*args, hint: int = 1, **kwargs) -> Verdict:
-        if hint not in (1, 2, 3) or isinstance(hint, bool):
-            verdict = Verdict(False, f"hint is 1 (where to look), 2 or 3 (more), got {hint!r}.", "error")
-            _LAST[fn.__name__] = verdict
-            return show(verdict)
-        outermost = _DEPTH.get() == 0
-        depth = _DEPTH.set(_DEPTH.get() + 1)
-        token = _LEVEL.set(hint)
-        with torch.random.fork_rng(devices=[]):
-            try:
-                verdict = fn(*args, **kwargs)
-            except Exception as e:  # a checker's own failure must not look like the learner's
-                verdict = Verdict(False, f"the checker could not judge this answer ({type(e).__name__}: {e}).",
-                                  "error")
-            finally:
-                _LEVEL.reset(token)
-                _DEPTH.reset(depth)
-        if not outermost:
-            return verdict
-        verdict = _at_level(verdict, hint)
+        verdict, outermost = _bad_level(hint), _DEPTH.get() == 0
+        if verdict is None:
+            depth, token = _DEPTH.set(_DEPTH.get() + 1), _LEVEL.set(hint)
+            with torch.random.fork_rng(devices=[]):
+                try:
+                    verdict = fn(*args, **kwargs)
+                except Exception as e:  # a checker's own failure must not look like the learner's
+                    verdict = Verdict(False, f"the checker could not judge this answer ({type(e).__name__}: {e}).",
+                                      "error")
+                finally:
+                    _LEVEL.reset(token)
+                    _DEPTH.reset(depth)
+            if not outermost:
+                return verdict
+            verdict = _at_level(verdict, hint)
         _LAST[fn.__name__] = verdict
         return show(verdict)
 

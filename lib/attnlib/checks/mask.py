@@ -1,6 +1,9 @@
-"""Exercise checkers for the mask chapter: a causal mask for packed documents, the causal weights of a chunk of
-queries, and a causal head whose rows no later NaN or inf can reach. Each checker's docstring gives its contract;
-every input is built afresh on each call, and a function that changes its inputs is told so."""
+"""Exercise checkers for chapter 4 (the causal mask).
+
+``check_packed_mask(fn)``: ``fn(doc_ids)``, (..., T) int64 → bool (..., T, T), True where i may attend to j.
+``check_chunk_weights(fn)``: ``fn(Z, start)``, Z (..., T_q, T_k) for queries at start … → P in Z's dtype.
+``check_sealed_attention(fn)``: ``fn(Q, K, V)`` → (..., T, d_v), row i as its prefix alone gives it.
+"""
 
 from __future__ import annotations
 
@@ -19,26 +22,7 @@ def _blocked_after(T_q: int, T_k: int, offset: int) -> torch.Tensor:
     return torch.arange(T_k)[None, :] > torch.arange(offset, offset + T_q)[:, None]
 
 
-UPCAST = Mistake(
-    "upcast",
-    "the weights are right, but they come back as {got} for {want} scores. Which of your tensors has a "
-    "dtype other than the scores', and what does combining the two give?",
-    more="the weights come back as {got} for {want} scores. Adding a mask or a constant tensor of another "
-         "dtype to the scores promotes the sum (float16 plus float32 gives float32). Build the mask in the "
-         "scores' own dtype, or block the scores with masked_fill, which keeps their dtype.")
-
-
-def _dtype_look(verdict: Verdict, results) -> Verdict | None:
-    """Weights promoted out of the float16 scores' dtype, from the cached result of the float16 case (a fill value
-    that overflows is named by the core, as FINITE)."""
-    got = next((got for case, got, _ in results.outputs() if case[0].dtype == torch.float16), None)
-    if verdict.mistake == "dtype" and isinstance(got, torch.Tensor) and got.dtype != torch.float16:
-        return named(UPCAST, got=str(got.dtype), want=str(torch.float16))
-    return None
-
-
-# ------------------------------------------------------------------------------------------------
-# A causal mask for packed documents: doc_ids (..., T) → bool (..., T, T), True where i may attend to j.
+# --- build: a causal mask for packed documents ---------------------------------------------------------------------
 
 def _packed_cases() -> list[tuple[torch.Tensor]]:
     return [
@@ -56,9 +40,8 @@ def _packed_reference(doc_ids):
 
 def _planted_packed(doc_ids, *, causal: str = "past", documents: bool = True, form: str = "bool",
                     expand: bool = True):
-    """The mask with a planted slip; the defaults build it. ``causal`` is "past" (j ≤ i), "strict" (j < i),
-    "future" (j ≥ i) or "none"; ``documents`` False ignores the documents (with ``expand`` False the result is
-    one (T, T) table for any input); ``form`` is "bool", "blocked" (True = blocked) or "additive" (0 / −inf)."""
+    """The mask, or a planted slip: ``causal`` "past" (j ≤ i), "strict", "future" or "none"; ``documents`` False
+    ignores them (with ``expand`` False one (T, T) table); ``form`` "bool", "blocked" or "additive"."""
     T = doc_ids.shape[-1]
     ones = torch.ones(T, T, dtype=torch.bool)
     allowed = {"past": ones.tril(), "strict": ones.tril(-1), "future": ones.triu(), "none": ones}[causal]
@@ -66,89 +49,65 @@ def _planted_packed(doc_ids, *, causal: str = "past", documents: bool = True, fo
         allowed = allowed & (doc_ids[..., :, None] == doc_ids[..., None, :])
     elif expand:
         allowed = allowed.expand(*doc_ids.shape, T)
-    if form == "blocked":
-        return ~allowed
-    if form == "additive":
-        return torch.zeros(allowed.shape).masked_fill(~allowed, _NEG_INF)
-    return allowed
+    return {"bool": allowed, "blocked": ~allowed,
+            "additive": torch.zeros(allowed.shape).masked_fill(~allowed, _NEG_INF)}[form]
 
 
 _PACKED_MISTAKES = variants(_planted_packed, [
-    ("causal-only", {"documents": False},
-     "a token of your mask still reads the earlier documents of its row. Which condition of the exercise is "
-     "missing?",
-     "your mask is the plain causal mask: it lets a token read every earlier token of the row, the earlier "
-     "documents included. A pair (i, j) must also belong to one document."),
-    ("causal-only", {"documents": False, "expand": False},
-     "a token of your mask still reads the earlier documents of its row, and your mask is the same for every "
-     "row of the batch. Which condition of the exercise is missing?",
-     "your mask is the plain causal mask: it lets a token read every earlier token of the row, the earlier "
-     "documents included. A pair (i, j) must also belong to one document, so each row gets its own mask."),
-    ("documents-only", {"causal": "none"},
-     "within one document, can a token of yours read the tokens that come after it?",
+    *[("causal-only", {"documents": False, "expand": expand},
+       "a token of your mask still reads the earlier documents of its row: which condition is missing?",
+       "your mask is the plain causal mask; a pair (i, j) must also belong to one document, so each row gets its "
+       "own mask.") for expand in (True, False)],
+    ("documents-only", {"causal": "none"}, "within one document, can a token of yours read later tokens?",
      "your mask lets every token read its whole document, its future included; it must be causal as well."),
-    ("wrong-triangle", {"causal": "future"},
-     "rows are queries i, columns keys j: do your True entries fall on the keys a query has already seen?",
-     "your mask lets each token read its own document's future and not its past: True must lie on and below "
-     "the diagonal."),
-    ("diagonal-blocked", {"causal": "strict"},
-     "may a token attend to itself? Look at the first token of each document.",
-     "your mask blocks the diagonal. A token may read itself, and the first token of a document has no "
-     "other key: its row would be empty, and NaN after softmax."),
+    ("wrong-triangle", {"causal": "future"}, "rows are queries, columns keys: does your True fall on a query's past?",
+     "your mask lets each token read its document's future, not its past: True lies on and below the diagonal."),
+    ("diagonal-blocked", {"causal": "strict"}, "may a token attend to itself? Look at each document's first token.",
+     "your mask blocks the diagonal; a document's first token then has no key at all, and NaN after softmax."),
     ("blocked-convention", {"form": "blocked"},
-     "your True entries mark the pairs that must be blocked. What does True mean to "
-     "scaled_dot_product_attention?",
-     "your mask is in the convention of nn.MultiheadAttention, True = blocked. SDPA reads True as 'may "
-     "attend', and the exercise asks for that convention."),
+     "your True entries mark the pairs to block. What does True mean to scaled_dot_product_attention?",
+     "your mask is nn.MultiheadAttention's convention, True = blocked; SDPA, and the exercise, read True as "
+     "'may attend'."),
     ("additive", {"form": "additive"},
-     "your mask holds numbers, the kind that is added to the scores. Which dtype does the exercise ask for?",
-     "you returned an additive float mask (0 and -inf). SDPA takes that as well, but the exercise asks for "
-     "the boolean one: True where query i may attend to key j."),
+     "your mask holds numbers, added to scores: which dtype does the exercise ask for?",
+     "you returned an additive float mask (0 and -inf); the exercise asks for the boolean one."),
 ])
 
 NOT_BOOLEAN = Mistake(
     "not-boolean",
-    "the right pairs are marked, but as numbers in a {dtype} tensor. What does scaled_dot_product_attention "
-    "do with a mask that is not boolean?",
-    more="your mask holds 1 and 0 in a {dtype} tensor. SDPA adds a mask that is not boolean to the scores: "
-         "the 1s would raise the allowed scores by 1, and the 0s would block nothing. Return a boolean tensor.")
-
+    "the right pairs are marked, but as numbers in a {dtype} tensor. What does scaled_dot_product_attention do "
+    "with a mask that is not boolean?",
+    more="SDPA adds a mask that is not boolean to the scores: your 1s would raise the allowed scores by 1 and your "
+         "0s block nothing. Return a boolean tensor.")
 BATCH_AXES = Mistake(
     "batch-axes",
-    "right for doc_ids of shape {good}, not for shape {bad}. Does your code pair up the tokens of one row "
-    "only, whatever axes come before the last one?",
-    more="your mask is right for doc_ids of shape {good} but not for shape {bad}: your code takes another "
-         "axis for the token axis, or needs a fixed number of leading axes. Compare the last axis with itself "
-         "and leave the axes before it as they are.")
+    "right for doc_ids of shape {good}, not for shape {bad}. Does your code pair up the tokens of one row only, "
+    "whatever axes come before the last one?",
+    more="your code takes another axis for the token axis, or needs a fixed number of leading axes: compare the "
+         "last axis with itself and leave the axes before it as they are.")
 
 
 def _packed_look(verdict: Verdict, results) -> Verdict | None:
     outputs = results.outputs()
-    if verdict.mistake == "dtype":
-        got = outputs[0][1]
-        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
-            return named(NOT_BOOLEAN, dtype=str(got.dtype))
-        return None
-    if verdict.mistake in ("values", "shape", "error", "type"):
-        right = [results.right(case) for case, _, _ in outputs]
-        if any(right) and not all(right):
-            shape = {ok: tuple(case[0].shape) for ok, (case, _, _) in zip(right, outputs)}
-            return named(BATCH_AXES, good=shape[True], bad=shape[False])
+    got = outputs[0][1]
+    if verdict.mistake == "dtype" and isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+        return named(NOT_BOOLEAN, dtype=str(got.dtype))
+    right = [results.right(case) for case, _, _ in outputs]
+    if verdict.mistake in ("values", "shape", "error", "type") and any(right) and not all(right):
+        shape = {ok: tuple(case[0].shape) for ok, (case, _, _) in zip(right, outputs)}
+        return named(BATCH_AXES, good=shape[True], bad=shape[False])
     return None
 
 
 @checker(mistakes=[*_PACKED_MISTAKES, NOT_BOOLEAN, BATCH_AXES])
 def check_packed_mask(fn) -> Verdict:
     """Check ``fn(doc_ids) -> mask``: doc_ids (..., T) int64 → bool (..., T, T), True where i may attend to j."""
-    return judge(fn, _packed_cases(), _packed_reference, _PACKED_MISTAKES, atol=0.0,
-                 diagnose=_packed_look,
+    return judge(fn, _packed_cases(), _packed_reference, _PACKED_MISTAKES, atol=0.0, diagnose=_packed_look,
                  success="a token attends to itself and to the earlier tokens of its own document only, in "
                          "SDPA's convention (one row, a batch, and two leading axes).")
 
 
-# ------------------------------------------------------------------------------------------------
-# The causal weights of a chunk of queries: Z (..., T_q, T_k) for the queries at positions start …
-# start + T_q − 1 against the keys at positions 0 … T_k − 1 → P (..., T_q, T_k), in the dtype of Z.
+# --- the causal weights of a chunk of queries at positions start … start + T_q − 1 against keys 0 … T_k − 1 --------
 
 def _chunk_cases() -> list[tuple[torch.Tensor, int]]:
     g = _gen(404)
@@ -161,8 +120,7 @@ def _chunk_cases() -> list[tuple[torch.Tensor, int]]:
 
 def _chunk_half_cases() -> list[tuple[torch.Tensor, int]]:
     # float16 with two leading axes: a finite fill such as -1e9 does not fit, and a float32 mask promotes
-    g = _gen(405)
-    return [((torch.randn(2, 2, 5, 9, generator=g) * 2).half(), 1)]
+    return [((torch.randn(2, 2, 5, 9, generator=_gen(405)) * 2).half(), 1)]
 
 
 def _chunk_reference(Z, start):
@@ -172,88 +130,76 @@ def _chunk_reference(Z, start):
 
 def _planted_chunk(Z, start, *, offset: str = "start", shift: int = 0, how: str = "add", dim: int = -1,
                    emptied: bool = False):
-    """P with a planted slip; the defaults compute it. Row i stands for position ``offset`` + i (+ ``shift``):
-    "start" (right), "zero" (row i taken for position i) or "last" (the queries taken for the last T_q
-    positions); ``how`` is "add" (block before softmax), "none", "after" (zeroed after softmax), "multiply"
-    (scores times a 0/1 mask) or "past" (the past blocked instead of the future); ``emptied`` turns the NaN of
-    a row or column with nothing left to read into zeros, as nan_to_num does."""
+    """P, or a planted slip: row i stands for position ``offset`` ("start", "zero" or "last": the last T_q) + i +
+    ``shift``; ``how`` "add", "none", "after" (zeroed after softmax), "multiply" (by a 0/1 mask) or "past" (the
+    past blocked); ``emptied`` turns an empty row's NaN into zeros."""
     if emptied:
         return _planted_chunk(Z, start, offset=offset, shift=shift, how=how, dim=dim).nan_to_num(0.0)
     T_q, T_k = Z.shape[-2], Z.shape[-1]
     first = {"start": start, "zero": 0, "last": T_k - T_q}[offset] + shift
-    future = _blocked_after(T_q, T_k, first)
-    Z = Z.double()
-    if how == "none":
-        return softmax(Z)
-    if how == "after":
-        return softmax(Z) * ~future
-    if how == "multiply":
-        return softmax(Z * ~future)
-    if how == "past":
-        return softmax(Z.masked_fill(~_blocked_after(T_q, T_k, first - 1), _NEG_INF))
-    return softmax(Z.masked_fill(future, _NEG_INF), dim=dim)
+    future, Z = _blocked_after(T_q, T_k, first), Z.double()
+    return {"none": lambda: softmax(Z), "after": lambda: softmax(Z) * ~future,
+            "multiply": lambda: softmax(Z * ~future),
+            "past": lambda: softmax(Z.masked_fill(~_blocked_after(T_q, T_k, first - 1), _NEG_INF)),
+            "add": lambda: softmax(Z.masked_fill(future, _NEG_INF), dim=dim)}[how]()
 
 
 _CHUNK_MISTAKES = variants(_planted_chunk, [
     ("row-is-position", {"offset": "zero"},
-     "which position of the sequence does row i of the chunk stand for? Compare the first chunk with a "
-     "later one.",
-     "your mask treats row i as position i, so a later chunk cannot see most of its past. Row i is the "
-     "query at position start + i: it may read every key up to and including that position."),
+     "which position of the sequence does row i of the chunk stand for? Compare the first chunk with a later one.",
+     "your mask treats row i as position i; row i is the query at position start + i, and reads every key up to "
+     "and including it."),
     ("last-chunk", {"offset": "last"},
-     "right when the chunk ends where the keys end, wrong otherwise. Where does your mask place the "
-     "queries when the keys reach past the chunk?",
-     "your mask places the queries at the last T_q positions, as a KV cache would. Here the chunk begins at "
-     "start, and the keys after the chunk's end lie in the future of all its queries."),
-    ("self-blocked", {"shift": -1},
-     "may a query read its own key? Find, in each row, the column of the query's own position.",
-     "your mask starts one column too early: it blocks the key at the query's own position, which a query "
-     "may read."),
-    ("self-blocked", {"shift": -1, "emptied": True},
-     "may a query read its own key? Find, in each row, the column of the query's own position.",
-     "your mask starts one column too early: it blocks the key at the query's own position, which a query "
-     "may read (and the first query, with nothing left to read, gets no weights at all)."),
-    ("reads-next", {"shift": 1},
-     "is the key just after a query's own position blocked in your weights?",
-     "your mask starts one column too late: each query also reads the key just after its own position, a "
-     "token of its future."),
-    ("no-mask", {"how": "none"},
-     "do your weights still reach keys that lie after the query's position?",
+     "right when the chunk ends where the keys end, wrong otherwise: where does your mask place the queries?",
+     "your mask places the queries at the last T_q positions, as a KV cache would; here the chunk begins at "
+     "start, and the keys after its end are the future of all its queries."),
+    *[("self-blocked", {"shift": -1, "emptied": emptied},
+       "may a query read its own key? Find, in each row, the column of the query's own position.",
+       "your mask starts one column too early: it blocks the key at the query's own position.")
+      for emptied in (False, True)],
+    ("reads-next", {"shift": 1}, "is the key just after a query's own position blocked in your weights?",
+     "your mask starts one column too late: each query also reads the key after its own position, its future."),
+    ("no-mask", {"how": "none"}, "do your weights still reach keys that lie after the query's position?",
      "your weights are softmax(Z) without a mask: every query reads its future."),
-    ("after-softmax", {"how": "after"},
-     "do your rows still sum to 1?",
-     "you zeroed the future weights after softmax, so the rows no longer sum to 1. Block the scores before "
-     "softmax (or renormalise each row)."),
-    ("wrong-axis", {"dim": -2},
-     "along which axis do your weights sum to 1? Each query's weights over the keys should.",
-     "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
-    ("wrong-axis", {"dim": -2, "emptied": True},
-     "along which axis do your weights sum to 1? Each query's weights over the keys should.",
-     "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
-    ("wrong-triangle", {"how": "past"},
-     "rows are queries, columns keys: does your mask block a query's past or its future?",
-     "your mask blocks the keys before each query's position and keeps those after it: the wrong side."),
-    ("multiplied", {"how": "multiply"},
-     "does a score of 0 give a weight of 0?",
-     "you multiplied the scores by a 0/1 mask. exp(0) = 1, so a zeroed score still gets weight: add minus "
-     "infinity to the blocked scores instead."),
+    ("after-softmax", {"how": "after"}, "do your rows still sum to 1?",
+     "you zeroed the future weights after softmax; block the scores before softmax (or renormalise each row)."),
+    *[("wrong-axis", {"dim": -2, "emptied": emptied},
+       "along which axis do your weights sum to 1? Each query's weights over the keys should.",
+       "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must.")
+      for emptied in (False, True)],
+    ("wrong-triangle", {"how": "past"}, "rows are queries, columns keys: do you block a query's past or its future?",
+     "your mask blocks the keys before each query's position and keeps those after it."),
+    ("multiplied", {"how": "multiply"}, "does a score of 0 give a weight of 0?",
+     "you multiplied the scores by a 0/1 mask; exp(0) = 1, so a zeroed score still gets weight."),
 ])
+
+UPCAST = Mistake(
+    "upcast",
+    "the weights are right, but they come back as {got} for {want} scores. Which of your tensors has another "
+    "dtype than the scores, and what does combining the two give?",
+    more="adding a mask or constant of another dtype promotes the sum (float16 plus float32 gives float32): build "
+         "the mask in the scores' dtype, or block with masked_fill, which keeps it.")
+
+
+def _dtype_look(verdict: Verdict, results) -> Verdict | None:
+    """Weights promoted out of the float16 case's dtype (a fill that overflows is the core's FINITE)."""
+    got = next((got for case, got, _ in results.outputs() if case[0].dtype == torch.float16), None)
+    if verdict.mistake == "dtype" and isinstance(got, torch.Tensor) and got.dtype != torch.float16:
+        return named(UPCAST, got=str(got.dtype), want=str(torch.float16))
+    return None
 
 
 @checker(mistakes=[*_CHUNK_MISTAKES, UPCAST])
 def check_chunk_weights(fn) -> Verdict:
     """Check ``fn(Z, start) -> P``: Z (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
-    half = _chunk_half_cases()
-    return judge(fn, [Group(_chunk_cases(), 1e-5), Group(half, 3e-3)], _chunk_reference, _CHUNK_MISTAKES,
-                 diagnose=_dtype_look,
+    return judge(fn, [Group(_chunk_cases(), 1e-5), Group(_chunk_half_cases(), 3e-3)], _chunk_reference,
+                 _CHUNK_MISTAKES, diagnose=_dtype_look,
                  success="query i of the chunk reads the keys up to position start + i and no later one, "
                          "every row sums to 1, and float16 scores give float16 weights (a middle, the last "
                          "and the first chunk).")
 
 
-# ------------------------------------------------------------------------------------------------
-# Extend: a causal head whose row i is what position i gets from its prefix alone, whatever the later positions
-# hold: a NaN or inf in a later key or value must not reach it (a row that reads one may be NaN, as alone).
+# --- extend: a causal head no later NaN or inf reaches (a row that reads one may be NaN, as alone) --------------------
 
 def _sealed_cases() -> list[tuple]:
     g, nan, inf = _gen(408), float("nan"), float("inf")
@@ -273,12 +219,10 @@ def _sealed_cases() -> list[tuple]:
 
 
 def _planted_sealed(Q, K, V, *, mask="fill", values="sealed", scale="d_k", dim=-1):
-    """The causal head with a planted slip; the defaults compute it. ``mask``: "fill" (masked_fill with −∞),
-    "add" (an additive −∞ mask: NaN + (−∞) is NaN), "none", "after" (future weights zeroed after softmax) or
-    "strict" (the diagonal blocked too); ``values``: "sealed" (a future value never enters a row's sum), "product"
-    (P @ V: 0 · NaN is NaN), "cleaned" (non-finite values zeroed first), "cleaned-all" (non-finite keys and
-    values zeroed first) or "output" (NaN in the output zeroed);
-    ``scale``: the width whose square root divides the scores, "d_k", "T", "d_v" or "none"."""
+    """The head, or a planted slip: ``mask`` "fill", "add" (NaN + (−∞) is NaN), "none", "after" (zeroed after
+    softmax) or "strict"; ``values`` "sealed" (no future value enters a row's sum), "product" (0 · NaN is NaN),
+    "cleaned" / "cleaned-all" (non-finite values / keys and values zeroed first) or "output" (NaN zeroed after);
+    ``scale``: the width whose square root divides the scores."""
     T, d_k = Q.shape[-2], Q.shape[-1]
     root = {"d_k": d_k, "T": T, "d_v": V.shape[-1], "none": 1}[scale] ** 0.5
     future = torch.ones(T, T, dtype=torch.bool).triu(1 if mask != "strict" else 0)      # (T, T)
@@ -294,80 +238,55 @@ def _planted_sealed(Q, K, V, *, mask="fill", values="sealed", scale="d_k", dim=-
         P = P.masked_fill(future, 0.0)
     if values.startswith("cleaned"):
         V = V.masked_fill(~V.isfinite(), 0.0)
-    if values in ("product", "cleaned", "cleaned-all", "output"):
-        out = P @ V
-        return out.nan_to_num(0.0) if values == "output" else out
-    terms = P[..., :, :, None] * V[..., None, :, :]                                      # (..., T, T, d_v)
-    return terms.masked_fill(future[:, :, None], 0.0).sum(-2)
+    if values != "sealed":
+        return (P @ V).nan_to_num(0.0) if values == "output" else P @ V
+    return (P[..., :, :, None] * V[..., None, :, :]).masked_fill(future[:, :, None], 0.0).sum(-2)   # (..., T, d_v)
 
 
-def _sealed_reference(Q, K, V):
-    return _planted_sealed(Q, K, V)
-
+_sealed_reference = _planted_sealed
 
 _SEALED_MISTAKES = variants(_planted_sealed, [
     ("as-on-the-page", {"mask": "add", "values": "product"},
-     "a clean input gives the right rows, but one bad later key or value breaks every row. What do NaN + (−∞) "
-     "and 0 · NaN give?",
-     "this is causal attention as the chapter computes it: an added mask keeps a NaN score NaN, and a weight of "
-     "0 times a NaN value is NaN. A row must never see a later score or value at all: overwrite the future "
+     "a clean input gives the right rows, but one bad later key or value breaks every row. What do NaN + (−∞) and "
+     "0 · NaN give?",
+     "an added mask keeps a NaN score NaN, and a weight of 0 times a NaN value is NaN: overwrite the future "
      "scores, and keep the later values out of each row's sum."),
     ("zero-times-nan", {"values": "product"},
-     "a bad later key no longer reaches the earlier rows; a bad later value does. What is a weight of 0 times "
-     "NaN?",
-     "the future weights are exactly 0, but P @ V still multiplies them with the later values, and 0 · NaN = "
-     "0 · inf = NaN. Leave each row's future values out of its sum instead of multiplying them by 0."),
+     "a bad later key no longer reaches the earlier rows; a bad later value does. What is a weight of 0 times NaN?",
+     "P @ V multiplies the zero future weights with the later values, and 0 · NaN = 0 · inf = NaN: leave each "
+     "row's future values out of its sum."),
     ("additive-mask", {"mask": "add"},
      "a bad later value no longer reaches the earlier rows; a NaN in a later key does. What is NaN + (−∞)?",
-     "adding −∞ to a NaN score leaves it NaN, and softmax spreads one NaN over the whole row. Overwrite the "
-     "future scores (masked_fill) instead of adding to them."),
-    ("cleaned-values", {"values": "cleaned"},
-     "the rows before a bad value are right. What does a row that really reads that value get from its prefix "
-     "alone?",
-     "you replaced the bad values before attending, so the rows that do read them come out finite. Row i must "
-     "be what its prefix alone gives, bad value included: only the rows before it are protected."),
-    ("cleaned-values", {"values": "cleaned-all"},
-     "the rows before a bad number are right. What does a row that really reads that key or value get from "
-     "its prefix alone?",
-     "you replaced the bad keys and values before attending, so the rows that do read them come out finite. "
-     "Row i must be what its prefix alone gives, bad numbers included: only the rows before them are "
-     "protected."),
-    ("nan-hidden", {"values": "output"},
-     "no NaN is left in your output, but is each row what its prefix alone gives?",
-     "you zeroed the NaN of the output: the rows that a later NaN broke are now 0, not their right values, and "
-     "the rows that really read a bad value are hidden too. Keep the bad numbers out of the rows before them "
-     "instead."),
-    ("no-mask", {"mask": "none", "values": "product"},
-     "does row i of your output change when a later token changes?",
+     "adding −∞ to a NaN score leaves it NaN, and softmax spreads it over the row: overwrite the future scores."),
+    *[("cleaned-values", {"values": values},
+       "the rows before a bad number are right. What does a row that really reads it get from its prefix alone?",
+       "you replaced the bad numbers before attending, so the rows that read them come out finite; only the rows "
+       "before a bad number are protected.") for values in ("cleaned", "cleaned-all")],
+    ("nan-hidden", {"values": "output"}, "no NaN is left in your output, but is each row what its prefix alone gives?",
+     "you zeroed the output's NaN: the rows a later NaN broke are now 0, and the rows that really read a bad value "
+     "are hidden too."),
+    ("no-mask", {"mask": "none", "values": "product"}, "does row i of your output change when a later token changes?",
      "your rows read every key, the future included: no causal mask is applied."),
     ("mask-after-softmax", {"mask": "after", "values": "product"},
      "do your weights still sum to 1 over the keys a row may read?",
-     "you zeroed the future weights after softmax, so each row's weights no longer sum to 1 (and a NaN score "
-     "has spread already). Block the scores before softmax."),
+     "you zeroed the future weights after softmax, so the rows no longer sum to 1: block the scores before it."),
 ])
 
-def _clean(case) -> bool:
-    return all(bool(t.isfinite().all()) for t in case)
-
-
-# Slips of the head itself, named on the clean cases alone (a clean input shows them, whatever the later values do).
+# Slips of the head itself, named on the clean cases alone.
 _HEAD_SLIPS = variants(_planted_sealed, [
-    ("diagonal-blocked", {"mask": "strict"},
-     "may position i read its own key? Look at row 0.",
+    ("diagonal-blocked", {"mask": "strict"}, "may position i read its own key? Look at row 0.",
      "your mask also blocks the diagonal: position 0 has nothing left to read, and every row loses its own key."),
     ("scale-T", {"scale": "T"},
      "your output is off on a clean input too: which width divides the scores, and why that one?",
-     "you scaled the scores by √T. The scale is √d_k, the width of the vectors in each dot product."),
+     "you scaled the scores by √T; the scale is √d_k, the width of the vectors in each dot product."),
     ("scale-d_v", {"scale": "d_v"},
      "your output is off on a clean input too: which width divides the scores, and why that one?",
-     "you scaled the scores by √d_v, the width of the values. The scale is √d_k, the width of q and k."),
-    ("no-scale", {"scale": "none"},
-     "your weights are too sharp: what divides the scores before softmax?",
+     "you scaled the scores by √d_v, the width of the values; the scale is √d_k, the width of q and k."),
+    ("no-scale", {"scale": "none"}, "your weights are too sharp: what divides the scores before softmax?",
      "the scores QKᵀ must be divided by √d_k before softmax."),
-    ("softmax-axis", {"dim": -2},
-     "along which axis do your weights sum to 1? Each query's row over the keys should.",
+    ("softmax-axis", {"dim": -2}, "along which axis do your weights sum to 1? Each query's row over the keys should.",
      "you took softmax over the query axis, so columns sum to 1; each query's row over the keys must."),
-], where=_clean)
+], where=lambda case: all(bool(t.isfinite().all()) for t in case))
 
 
 @checker(mistakes=[*_SEALED_MISTAKES, *_HEAD_SLIPS])

@@ -1,6 +1,10 @@
-"""Exercise checkers for the projections chapter (Q = X W_Q, K = X W_K, V = X W_V): loading a checkpoint into
-nn.Linear layers, the find-the-bug split of a fused projection, cross-attention's fused K/V projection, and a
-prediction of GPT-2 small's Q, K, V parameter count. Each checker's docstring gives its contract."""
+"""Exercise checkers for chapter 2 (Q = X W_Q, K = X W_K, V = X W_V).
+
+``check_load_projections(fn)``: ``fn(ckpt)``, a dict of W_Q, W_K, W_V, b_Q, b_K, b_V → a module returning (Q, K, V).
+``check_split_fused(fn)``: ``fn(X, W_QKV, d_k)`` → (Q, K, V), the "find the bug" split of a fused product fixed.
+``check_cross_qkv(fn)``: ``fn(X, X_kv, W_Q, W_KV, d_k)`` → cross-attention's (Q, K, V), K and V from one product.
+``check_qkv_params(value)``: a predicted count of GPT-2 small's Q, K, V parameters in one layer.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,7 @@ from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, 
 __all__ = ["check_load_projections", "check_split_fused", "check_cross_qkv", "check_qkv_params"]
 
 
-# ------------------------------------------------------------------------------------------------
-# Build: load a checkpoint of the book's matrices into nn.Linear layers. nn.Linear keeps its weight as (out, in)
-# and computes x @ weight.T + bias, so each W (d_model, d) goes in transposed; the numbers are copied, not
-# shared, and the layers keep the checkpoint's dtype.
+# --- build: load the book's W (d_model, d) into nn.Linear, which keeps weight (out, in): copied, transposed ---------
 
 _NAMES = ("Q", "K", "V")
 
@@ -39,54 +40,45 @@ def _load_cases() -> list[tuple]:
 
 
 def _probe(ckpt) -> torch.Tensor:
-    """The input every loaded module is called on: (B, T, d_model) = (2, 3, d_model), in the checkpoint's dtype."""
-    W = ckpt["W_Q"]
-    return torch.randn(2, 3, W.shape[0], generator=_gen(23), dtype=W.dtype)
+    """The input every loaded module is called on: (2, 3, d_model), in the checkpoint's dtype."""
+    return torch.randn(2, 3, ckpt["W_Q"].shape[0], generator=_gen(23), dtype=ckpt["W_Q"].dtype)
 
 
 def _load_reference(ckpt, flip=False):
-    """(Q, K, V) of the probe: X W + b, or X Wᵀ + b with ``flip`` (W copied into nn.Linear untransposed)."""
     X = _probe(ckpt)
     return tuple(X @ (ckpt[f"W_{n}"].T if flip else ckpt[f"W_{n}"]) + ckpt[f"b_{n}"] for n in _NAMES)
 
 
-def _square(case) -> bool:   # a non-square checkpoint cannot be copied untransposed at all
-    return case[0]["W_Q"].shape[0] == case[0]["W_Q"].shape[1]
-
-
 LOAD_NOT_A_MODULE = Mistake(
     "not-a-module",
-    "your function returned a {got}, not a layer. What should a loaded checkpoint become, so that it can be "
-    "called on X?",
-    more="the function must return the new module itself, with the checkpoint's numbers in its layers, "
-         "not its weights or its output; the checker calls it on an input X and expects (Q, K, V).")
+    "your function returned a {got}, not a layer: what should a loaded checkpoint become, to be called on X?",
+    more="return the new module itself, with the checkpoint's numbers in its layers; the checker calls it on an "
+         "input X and expects (Q, K, V).")
 LOAD_DTYPE = Mistake(
     "module-dtype",
-    "your layers hold {have} numbers, the checkpoint {want}. What dtype does a new nn.Linear get when nobody "
-    "says?",
-    more="nn.Linear is created in torch's default dtype, float32, and copying float64 numbers into it rounds "
-         "them without a word. Create the module in the checkpoint's dtype, or convert it, so it keeps every "
-         "digit of the checkpoint.")
+    "your layers hold {have} numbers, the checkpoint {want}. What dtype does a new nn.Linear get when nobody says?",
+    more="nn.Linear is created in torch's default dtype, float32, and copying float64 numbers into it rounds them "
+         "silently: create or convert the module in the checkpoint's dtype.")
 LOAD_SHARED = Mistake(
     "shared-checkpoint",
     "your layer's parameter {name} is the checkpoint's own memory: training the layer would change the "
     "checkpoint. Did you copy the numbers, or hand over the tensor?",
-    more="your parameter {name} shares storage with a tensor of the checkpoint. Wrapping a checkpoint tensor "
-         "in nn.Parameter shares it, and so does its transpose, which is a view of the same memory; so does "
-         "assigning to a parameter's data. Copy the values into the layer's own parameters instead.")
+    more="your parameter {name} shares storage with a checkpoint tensor: nn.Parameter around it (or its "
+         "transpose, a view) shares it, and so does assigning to .data. Copy the values into the layer's own "
+         "parameters.")
 LOAD_NO_TRANSPOSE = Mistake(
     "no-transpose",
     "with the square checkpoint your module runs but computes other numbers. In which orientation does "
-    "nn.Linear keep its weight, and in which does the checkpoint hold W?",
-    functools.partial(_load_reference, flip=True), where=_square,
-    more="you copied the book's W (d_model × d) into nn.Linear's weight as it is. nn.Linear keeps its weight "
-         "as out × in and multiplies by its transpose, so the weight must hold the transpose of W.")
+    "nn.Linear keep its weight, and the checkpoint W?",
+    functools.partial(_load_reference, flip=True), where=lambda case: len(set(case[0]["W_Q"].shape)) == 1,
+    more="you copied the book's W (d_model × d) into nn.Linear's weight as it is; nn.Linear keeps its weight as "
+         "out × in and multiplies by its transpose.")
 LOAD_BIAS = Mistake(
     "bias",
-    "the weights are right, but every row of your {which} is off by the same vector. What does the "
-    "checkpoint add after the product?",
-    more="the biases of your layers are not the checkpoint's: they were left at their starting values, or "
-         "there are none. Each layer needs a bias, holding b_Q, b_K or b_V.")
+    "the weights are right, but every row of your {which} is off by the same vector: what does the checkpoint add "
+    "after the product?",
+    more="your layers' biases are not the checkpoint's (left at their start values, or none): each layer needs a "
+         "bias holding b_Q, b_K or b_V.")
 LOAD_OUTPUT = Mistake(
     "output",
     "your module, called on X, returned {got}. What should one call of it give?",
@@ -105,12 +97,10 @@ def _load_then_call(fn):
             return None
         if not isinstance(module, nn.Module):
             raise _Refused(named(LOAD_NOT_A_MODULE, got=type(module).__name__))
-        shared = shared_parameters(module, ckpt)
-        if shared:
+        if shared := shared_parameters(module, ckpt):
             raise _Refused(named(LOAD_SHARED, name=shared[0].removeprefix("result.")))
         want = ckpt["W_Q"].dtype
-        have = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.dtype != want})
-        if have:
+        if have := sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.dtype != want}):
             raise _Refused(named(LOAD_DTYPE, have=" and ".join(have), want=str(want).removeprefix("torch.")))
         with torch.no_grad():
             out = module(_probe(ckpt))
@@ -122,11 +112,10 @@ def _load_then_call(fn):
 
 
 def _load_look(verdict: Verdict, results) -> Verdict | None:
-    """From the cached runs: why the module could not be called, or which layers' biases are off (every row of
-    the result minus X W the same vector, but not b)."""
+    """Why the module could not be called, or whose biases are off (result − X W the same vector in every row,
+    but not b)."""
     outputs = results.outputs()
-    refused = next((e.args[0] for _, _, e in outputs if isinstance(e, _Refused)), None)
-    if refused is not None:
+    if (refused := next((e.args[0] for _, _, e in outputs if isinstance(e, _Refused)), None)) is not None:
         return refused
     biased = []
     for (ckpt,), got, _ in outputs:
@@ -146,9 +135,7 @@ def check_load_projections(fn) -> Verdict:
                          "it returns X W_Q + b_Q, X W_K + b_K and X W_V + b_V.")
 
 
-# ------------------------------------------------------------------------------------------------
-# Find the bug: splitting a fused projection. X @ W_QKV with W_QKV = [W_Q | W_K | W_V] of shape
-# (d_model, 3·d_k); the planted bug reshapes the last axis to (d_k, 3), which deals the columns out in turn.
+# --- find the bug: X @ W_QKV, W_QKV = [W_Q | W_K | W_V]; the bug views the last axis as (d_k, 3), dealing columns ---
 
 def _fused_cases() -> list[tuple]:
     g = _gen(21)
@@ -161,88 +148,55 @@ def _fused_cases() -> list[tuple]:
 
 
 def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), cut="blocks"):
-    """(Q, K, V) from X @ W_QKV, with a planted slip; the defaults compute them. ``order`` is the order the
-    blocks are returned in; ``cut`` is "blocks" (d_k consecutive columns each), "dealt" (the bug: the last
-    axis viewed as (d_k, 3)), "rows" (the positions cut into three), "threes" (split into pieces of 3 columns),
-    "front" (reshaped to (3, ..., T, d_k)), "early" (K and V start one column early), "swap-first" (viewed as
-    (3, d_k), then its axis of 3 swapped with the first axis) or "unbind-last" (viewed as (3, d_k), then unbound
-    along the wrong axis)."""
+    """(Q, K, V) in ``order``, the product cut as ``cut`` says; the defaults compute them."""
     QKV = X @ W_QKV
-    if cut == "blocks":
-        blocks = QKV.split(d_k, dim=-1)
-    elif cut == "dealt":
-        blocks = QKV.view(*QKV.shape[:-1], d_k, 3).unbind(-1)
-    elif cut == "rows":
-        blocks = QKV.chunk(3, dim=-2)
-    elif cut == "threes":
-        Q, K, V = QKV.split(3, dim=-1)
-        blocks = Q, K, V
-    elif cut == "front":
-        blocks = QKV.reshape(3, *QKV.shape[:-1], d_k).unbind(0)
-    elif cut == "early":
-        blocks = [QKV[..., max(i * d_k - 1, 0):max(i * d_k - 1, 0) + d_k] for i in range(3)]
-    elif cut == "swap-first":
-        blocks = QKV.view(*QKV.shape[:-1], 3, d_k).transpose(0, -2).unbind(0)
-    else:
-        Q, K, V = QKV.view(*QKV.shape[:-1], 3, d_k).unbind(-1)
-        blocks = Q, K, V
-    return tuple(blocks[i] for i in order)
+    lead = QKV.shape[:-1]
+    Q, K, V = {   # a cut into other than three pieces fails here, as the learner's unpacking does
+        "blocks": lambda: QKV.split(d_k, dim=-1),
+        "dealt": lambda: QKV.view(*lead, d_k, 3).unbind(-1),                   # the bug
+        "rows": lambda: QKV.chunk(3, dim=-2),
+        "threes": lambda: QKV.split(3, dim=-1),
+        "front": lambda: QKV.reshape(3, *lead, d_k).unbind(0),
+        "early": lambda: [QKV[..., max(i * d_k - 1, 0):max(i * d_k - 1, 0) + d_k] for i in range(3)],
+        "swap-first": lambda: QKV.view(*lead, 3, d_k).transpose(0, -2).unbind(0),
+        "unbind-last": lambda: QKV.view(*lead, 3, d_k).unbind(-1),
+    }[cut]()
+    return tuple((Q, K, V)[i] for i in order)
 
 
 _FUSED_MISTAKES = variants(_planted_split, [
     ("unchanged", {"cut": "dealt"},
-     "this is still the function as given. Every shape is right, but each of your Q, K and V mixes numbers "
-     "from all three matrices. Which columns of the fused product end up in your Q? Try the same reshaping "
-     "on a row of column numbers 0, 1, 2, …",
-     "viewing the last axis as (d_k, 3) deals the columns out in turn, like cards: Q gets columns 0, 3, 6, …, "
-     "one from each block in turn. The three matrices sit side by side as blocks of d_k consecutive columns, "
-     "so the last axis must be cut into consecutive pieces."),
-    ("order", {"order": (1, 0, 2)},
-     "your Q is what K should be, and your K is Q. In what order do the three blocks of W_QKV's columns "
-     "stand?",
-     "Q and K came out swapped. The columns of W_QKV are [W_Q | W_K | W_V] in that order, so the first d_k "
-     "columns of the product are Q, the next d_k are K, the last are V."),
-    ("reversed", {"order": (2, 1, 0)},
-     "your Q is what V should be, and your V is Q. In what order do the three blocks of W_QKV's columns "
-     "stand?",
+     "this is still the function as given. Every shape is right, but each of your Q, K and V mixes numbers from "
+     "all three matrices: which columns of the product end up in your Q? Try your reshaping on a row of column "
+     "numbers 0, 1, 2, …",
+     "viewing the last axis as (d_k, 3) deals the columns out in turn, like cards: Q gets columns 0, 3, 6, …. "
+     "The three matrices sit side by side as blocks of d_k consecutive columns."),
+    ("order", {"order": (1, 0, 2)}, "your Q is what K should be, and your K is Q: in what order do the blocks stand?",
+     "Q and K came out swapped: the columns of W_QKV are [W_Q | W_K | W_V], in that order."),
+    ("reversed", {"order": (2, 1, 0)}, "your Q is what V should be, and your V is Q: in what order do blocks stand?",
      "the blocks came out reversed: the columns of W_QKV are [W_Q | W_K | W_V], read left to right."),
-    ("kv-swapped", {"order": (0, 2, 1)},
-     "your K is what V should be, and your V is K. In what order do the three blocks of W_QKV's columns "
-     "stand, and in what order do you return them?",
-     "K and V came out swapped: the columns of W_QKV are [W_Q | W_K | W_V], and the function returns "
-     "(Q, K, V) in that order."),
-    ("off-by-one", {"cut": "early"},
-     "your Q is right, but your K and V start one column early. Where does each block of d_k columns begin, "
-     "and is the end of a slice included?",
-     "block i holds columns i·d_k up to, not including, (i + 1)·d_k: a slice's end is left out, so the next "
-     "block starts exactly where the previous one's slice ended."),
+    ("kv-swapped", {"order": (0, 2, 1)}, "your K is V's, your V is K's: in what order do you return them?",
+     "K and V came out swapped: the columns of W_QKV are [W_Q | W_K | W_V], returned as (Q, K, V)."),
+    ("off-by-one", {"cut": "early"}, "your K and V start one column early: is the end of a slice included?",
+     "block i holds columns i·d_k up to, not including, (i + 1)·d_k: the next block starts where the previous "
+     "slice ended."),
     ("batch-axis", {"cut": "swap-first"},
-     "right for a single sequence, wrong with a batch axis: after your view, which axis do you swap with the "
-     "axis of size 3?",
-     "swapping the axis of size 3 with axis 0 puts it in front only when X has no batch axis; with one, the "
-     "batch and position axes trade places. Take the three blocks from the second-last axis, counted from "
-     "the end."),
-    ("rows", {"cut": "rows"},
-     "each of your Q, K and V holds a third of the positions. Along which axis do the three projections sit "
-     "side by side?",
-     "you cut along the positions (the T axis). The three projections sit side by side in the last axis, "
-     "d_k columns each, and every one of them keeps all T positions."),
-    ("split-count", {"cut": "threes"},
-     "right only when d_k = 3. The number you pass to split: is it how many pieces you want, or how wide each "
-     "one is?",
-     "split's number is the size of each piece, not how many pieces: 3 gives pieces of 3 columns. Q, K and V "
-     "are d_k columns each."),
+     "right for a single sequence, wrong with a batch axis: after your view, which axis do you swap with the axis "
+     "of size 3?",
+     "swapping it with axis 0 puts it in front only without a batch axis; take the three blocks from the "
+     "second-last axis, counted from the end."),
+    ("rows", {"cut": "rows"}, "each of your Q, K and V holds a third of the positions: along which axis do they sit?",
+     "you cut along the positions (T); the projections sit side by side in the last axis, each keeping all T."),
+    ("split-count", {"cut": "threes"}, "right only when d_k = 3: is split's number how many pieces, or how wide each?",
+     "split's number is the size of each piece: 3 gives pieces of 3 columns, and Q, K, V are d_k columns each."),
     ("reshape-front", {"cut": "front"},
      "your shapes are right, but which positions and columns does your Q hold? Try your reshaping on a small "
      "table of numbered entries.",
-     "reshaping (..., T, 3·d_k) to (3, ..., T, d_k) reads the numbers in memory order: the first third of the "
-     "rows, not the first d_k columns of every row, becomes Q. The three blocks sit side by side in the last "
-     "axis: cut that axis."),
-    ("unbind-last", {"cut": "unbind-last"},
-     "your view has the right sizes, but after it, which axis holds the three blocks and which the d_k "
-     "columns of one block?",
-     "viewing the last axis as (3, d_k) puts the three blocks on the second-last axis; unbinding the last "
-     "axis instead splits it into d_k pieces of 3 columns. Unbind the axis of size 3."),
+     "reshaping (..., T, 3·d_k) to (3, ..., T, d_k) reads memory in order: the first third of the rows becomes Q. "
+     "The three blocks sit side by side in the last axis: cut that axis."),
+    ("unbind-last", {"cut": "unbind-last"}, "your view has the right sizes, but which axis holds the three blocks?",
+     "viewing the last axis as (3, d_k) puts the blocks on the second-last axis; unbinding the last axis splits "
+     "it into d_k pieces of 3 columns."),
 ])
 
 
@@ -253,18 +207,15 @@ def check_split_fused(fn) -> Verdict:
                  success="one product, cut into blocks of d_k consecutive columns, gives Q, K and V.")
 
 
-# ------------------------------------------------------------------------------------------------
-# Extend: cross-attention with a fused K/V projection. Q comes from X; K and V from the other sequence X_kv,
-# through one product with W_KV = [W_K | W_V], whose two blocks may differ in width (d_k ≠ d_v).
+# --- extend: cross-attention, Q from X, K and V from X_kv through one product with W_KV = [W_K | W_V] ---------------
 
 def _cross_cases() -> list[tuple]:
     g = _gen(22)
 
     def case(shape_x, shape_kv, d_k, d_v, dtype=torch.float32):
-        d_model, d_kv = shape_x[-1], shape_kv[-1]
         return (torch.randn(*shape_x, generator=g, dtype=dtype), torch.randn(*shape_kv, generator=g, dtype=dtype),
-                torch.randn(d_model, d_k, generator=g, dtype=dtype),
-                torch.randn(d_kv, d_k + d_v, generator=g, dtype=dtype), d_k)
+                torch.randn(shape_x[-1], d_k, generator=g, dtype=dtype),
+                torch.randn(shape_kv[-1], d_k + d_v, generator=g, dtype=dtype), d_k)
 
     return [
         case((3, 6), (5, 6), 4, 6),             # d_v > d_k: pieces of d_k columns do not fit
@@ -275,64 +226,40 @@ def _cross_cases() -> list[tuple]:
 
 def _planted_cross(X, X_kv, W_Q, W_KV, d_k, *, q_from="X", kv_from="X_kv", cut="sizes", order=(0, 1, 2),
                    q_scaled=False):
-    """(Q, K, V) of cross-attention, or a planted slip; the defaults compute them. ``q_from``, ``kv_from``
-    name the sequence each projection reads; ``cut`` is "sizes" (d_k, then the rest), "equal" (pieces of d_k),
-    "d_k-twice" (d_k and d_k), "d_k-slices" (the same, sliced), "end" (K the last d_k columns), "v-from-start"
-    (V read from column 0) or "halves"; ``order`` is the order of the results; ``q_scaled`` divides Q by √d_k."""
+    """(Q, K, V) of cross-attention, or a planted slip; the defaults compute them."""
     seq = {"X": X, "X_kv": X_kv}
     Q, KV = seq[q_from] @ W_Q / (d_k ** 0.5 if q_scaled else 1), seq[kv_from] @ W_KV
-    if cut == "sizes":
-        K, V = KV.split([d_k, KV.shape[-1] - d_k], dim=-1)
-    elif cut == "equal":
-        K, V = KV.split(d_k, dim=-1)
-    elif cut == "d_k-twice":
-        K, V = KV.split([d_k, d_k], dim=-1)
-    elif cut == "d_k-slices":
-        K, V = KV[..., :d_k], KV[..., d_k:2 * d_k]
-    elif cut == "end":
-        K, V = KV[..., -d_k:], KV[..., :-d_k]
-    elif cut == "v-from-start":
-        K, V = KV[..., :d_k], KV[..., :KV.shape[-1] - d_k]
-    else:
-        K, V = KV.chunk(2, dim=-1)
-    out = (Q, K, V)
-    return tuple(out[i] for i in order)
+    d = KV.shape[-1]
+    K, V = {
+        "sizes": lambda: KV.split([d_k, d - d_k], dim=-1),
+        "equal": lambda: KV.split(d_k, dim=-1),
+        "d_k-twice": lambda: KV.split([d_k, d_k], dim=-1),
+        "d_k-slices": lambda: (KV[..., :d_k], KV[..., d_k:2 * d_k]),
+        "end": lambda: (KV[..., -d_k:], KV[..., :-d_k]),
+        "v-from-start": lambda: (KV[..., :d_k], KV[..., :d - d_k]),
+        "halves": lambda: KV.chunk(2, dim=-1),
+    }[cut]()
+    return tuple((Q, K, V)[i] for i in order)
 
 
 _CROSS_MISTAKES = variants(_planted_cross, [
-    ("kv-from-queries", {"kv_from": "X"},
-     "your K and V have one row per position of X. Which sequence do keys and values describe in "
-     "cross-attention?",
-     "you projected K and V from X, the queries' sequence. In cross-attention the keys and values come from "
-     "the other sequence, X_kv: they have T_k rows, and W_KV is as tall as X_kv is wide."),
-    ("q-from-other", {"q_from": "X_kv"},
-     "your Q has one row per position of X_kv. Whose positions ask the questions?",
-     "you projected Q from X_kv. The queries come from X, one per position of the sequence being updated; "
-     "only K and V come from the other sequence."),
-    ("equal-pieces", {"cut": "equal"},
-     "are K and V the same width here? What is d_v, and where can you read it?",
-     "you cut the product with W_KV into pieces of d_k columns. V is d_v wide and d_v need not be d_k: it "
-     "is what is left of W_KV's columns after the first d_k, the columns of W_K."),
-    *[("equal-pieces", {"cut": cut},
-       "are K and V the same width here? What is d_v, and where can you read it?",
-       "you took d_k columns for V as well. V is d_v wide and d_v need not be d_k: it is what is left of "
-       "W_KV's columns after the first d_k, the columns of W_K.") for cut in ("d_k-twice", "d_k-slices")],
-    ("k-from-the-end", {"cut": "end"},
-     "your K is d_k wide, but which columns of the product with W_KV are they? In what order do W_K and W_V "
-     "stand in W_KV?",
-     "W_KV is [W_K | W_V]: K is the FIRST d_k columns of the product, V the rest. You took K from the end."),
-    ("v-from-start", {"cut": "v-from-start"},
-     "your K is right and your V has the right width, but which columns of the product does it start at?",
-     "W_KV is [W_K | W_V]: V is the columns after K's first d_k, not the first d_v columns of the product."),
-    ("q-scaled", {"q_scaled": True},
-     "your Q is off by a constant factor. Does this step divide by √d_k, or does that come later?",
-     "Q is the plain product X W_Q. Dividing by √d_k belongs to the scores, QKᵀ / √d_k, a step after this "
-     "one."),
-    ("halves", {"cut": "halves"},
-     "you cut the product with W_KV into two equal halves. Is W_K as wide as W_V here?",
+    ("kv-from-queries", {"kv_from": "X"}, "your K and V have a row per position of X: which sequence do they describe?",
+     "in cross-attention the keys and values come from the other sequence, X_kv: T_k rows, and W_KV is as tall "
+     "as X_kv is wide."),
+    ("q-from-other", {"q_from": "X_kv"}, "your Q has one row per position of X_kv: whose positions ask the questions?",
+     "the queries come from X, one per position of the sequence being updated; only K and V come from X_kv."),
+    *[("equal-pieces", {"cut": cut}, "are K and V the same width here? What is d_v, and where can you read it?",
+       "you took d_k columns for V as well; d_v need not be d_k: it is what is left of W_KV's columns after the "
+       "first d_k.") for cut in ("equal", "d_k-twice", "d_k-slices")],
+    ("k-from-the-end", {"cut": "end"}, "your K is d_k wide, but in what order do W_K and W_V stand in W_KV?",
+     "W_KV is [W_K | W_V]: K is the FIRST d_k columns of the product, V the rest."),
+    ("v-from-start", {"cut": "v-from-start"}, "your V has the right width, but which column does it start at?",
+     "W_KV is [W_K | W_V]: V is the columns after K's first d_k, not the first d_v."),
+    ("q-scaled", {"q_scaled": True}, "your Q is off by a constant factor: does this step divide by √d_k?",
+     "Q is the plain product X W_Q; dividing by √d_k belongs to the scores, a step later."),
+    ("halves", {"cut": "halves"}, "you cut the product with W_KV into two equal halves: is W_K as wide as W_V here?",
      "two equal halves give K its d_k columns only when d_v = d_k. K is the first d_k columns, V the rest."),
-    ("order", {"order": (0, 2, 1)},
-     "your second and third results are swapped. In what order should they come back?",
+    ("order", {"order": (0, 2, 1)}, "your second and third results are swapped: in what order should they come back?",
      "the function returns (Q, K, V): your K is in the place of V and your V in the place of K."),
 ])
 
@@ -345,43 +272,34 @@ def check_cross_qkv(fn) -> Verdict:
                          "the length and the width of X, and d_v read from W_KV.")
 
 
-# ------------------------------------------------------------------------------------------------
-# Predict: the parameters of the Q, K, V projections of one GPT-2 small layer.
+# --- predict: the parameters of the Q, K, V projections of one GPT-2 small layer ------------------------------------
 
-_GPT2 = {"d_model": 768, "h": 12}
+_D, _H = 768, 12
 
 
 def _qkv_params(d_model: int, h: int) -> int:
-    """Count the parameters of h heads' Projections(d_model, d_head, bias=True), built on the meta device
-    (no memory, no random numbers)."""
+    """The parameters of h heads' Projections(d_model, d_head, bias=True), built on the meta device."""
     with torch.device("meta"):
-        heads = [Projections(d_model, d_model // h, bias=True) for _ in range(h)]
-    return sum(p.numel() for head in heads for p in head.parameters())
+        return sum(p.numel() for _ in range(h) for p in Projections(d_model, d_model // h, bias=True).parameters())
 
 
 def _guesses() -> list[Guess]:
-    d, h = _GPT2["d_model"], _GPT2["h"]
-    d_head = d // h
+    d, h, d_head = _D, _H, _D // _H
     return [
-        Guess("one-head", "too low: that is what a single head holds. How many heads does the layer have, each "
-              "with its own matrices?", 3 * (d * d_head + d_head),
-              more=f"you counted one head's W_Q, W_K and W_V and their biases; each of the h = {h} heads of the "
-                   "layer has its own."),
-        Guess("one-head-no-bias", "too low, on two counts: that is a single head, and it leaves something out of "
-              "each projection.", 3 * d * d_head,
-              more=f"you counted one head without biases. There are h = {h} heads, and each projection also "
-                   "has a bias, as nn.Linear has by default."),
-        Guess("no-bias", "a little too low: the weights are all there. What else does each projection add to "
-              "its output?", 3 * d * d,
-              more="every projection also has a bias, one number per output column, for every head."),
+        Guess("one-head", "too low: that is what a single head holds. How many heads does the layer have?",
+              3 * (d * d_head + d_head), more=f"each of the h = {h} heads of the layer has its own W_Q, W_K, W_V "
+                                              "and biases."),
+        Guess("one-head-no-bias", "too low, on two counts: a single head, and something left out of each "
+              "projection.", 3 * d * d_head,
+              more=f"you counted one head without biases; there are h = {h} heads, and each projection has a bias."),
+        Guess("no-bias", "a little too low: the weights are all there. What else does each projection add?",
+              3 * d * d, more="every projection also has a bias, one number per output column, for every head."),
         Guess("full-width-heads", "far too high: how wide is one head's W_Q?", h * 3 * (d * d + d),
               more=f"each head's matrices are d_model × d_head, {d} by {d_head}, not d_model × d_model."),
         Guess("bias-width", "a little too high: the weights are right. How long is one head's bias?",
-              h * 3 * (d * d_head + d),
-              more=f"each head's bias has one number per output column of that head, d_head = {d_head}, not "
-                   f"d_model = {d}."),
-        Guess("with-W_O", "too high: did you count a fourth matrix? Only the query, key and value projections "
-              "count here.", 4 * (d * d + d),
+              h * 3 * (d * d_head + d), more=f"a head's bias has one number per output column, d_head = {d_head}, "
+                                             f"not d_model = {d}."),
+        Guess("with-W_O", "too high: did you count a fourth matrix? Only Q, K and V count here.", 4 * (d * d + d),
               more="that count includes the output projection W_O, which comes after the heads (chapter 6)."),
         Guess("one-matrix", "too low: queries, keys and values do not share one projection.", d * d + d,
               more="that is one matrix with its bias, for all heads; Q, K and V each have their own."),
@@ -391,7 +309,7 @@ def _guesses() -> list[Guess]:
 @checker(kind="predict", mistakes=_guesses())
 def check_qkv_params(value) -> Verdict:
     """A predicted count: weights and biases of W_Q, W_K, W_V for all heads of one layer, d_model = 768, h = 12."""
-    count = _qkv_params(_GPT2["d_model"], _GPT2["h"])
+    count = _qkv_params(_D, _H)
     return judge_number(value, count, _guesses(), rtol=1e-6,
                         success=f"{count:,} parameters. The h heads of width d_model / h together are as wide "
                                 f"as one d_model × d_model matrix (and its bias) for each of Q, K and V.")

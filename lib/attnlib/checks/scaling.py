@@ -1,6 +1,7 @@
 """Exercise checkers for the scaling chapter (raw scores S = Q Kᵀ, scaled scores Z = S / √d_k).
 
-``check_scaled_scores(fn)``: ``fn(Q, K)``, Q (T_q, B, d_k), K (T_k, B, d_k) sequence first → Z (B, T_q, T_k).
+``check_fp16_scores(fn)``: ``fn(Q, K)``, Q (..., T_q, d_k), K (..., T_k, d_k) → Z (..., T_q, T_k) in Q's dtype,
+finite in float16 where Q Kᵀ overflows but Z fits, with no wider copy.
 ``check_head_scores(fn)``: ``fn(X, W_Q, W_K)``, X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z (..., T, T), the
 "find the bug" score table fixed.
 ``check_unit_length_scores(v)``: a predicted standard deviation of Z for q, k of length 1 (d_k = 64).
@@ -8,134 +9,127 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, variants
+from ._core import Group, Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
 
-__all__ = ["check_scaled_scores", "check_head_scores", "check_unit_length_scores"]
-
-
-def _scaled(S, scale: str, **width: int):
-    """S scaled as ``scale`` says: "/ √n", "/ n" or "× √n" for a width n of ``width``, or "none"."""
-    if scale == "none":
-        return S
-    op, n = scale.split()
-    factor = width[n.lstrip("√")] ** (0.5 if n.startswith("√") else 1)
-    return S * factor if op == "×" else S / factor
+__all__ = ["check_fp16_scores", "check_head_scores", "check_unit_length_scores"]
 
 
-# --- Z = S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k) ---------
+# --- Z = Q Kᵀ / √d_k in float16 where Q Kᵀ passes 65504 but Z fits: Q (..., T_q, d_k), K (..., T_k, d_k) --------------
 
-def _scores_cases() -> list[tuple]:
+_fp16_reference = lambda Q, K: scale(scores(Q.double(), K.double()), Q.shape[-1]).to(Q.dtype)   # exact, rounded once
+
+
+def _fp16_groups() -> list[Group]:
+    """float16 q, k of components 20 to 60 with one sign pattern (key 0's random, key 1's opposite): q·k reaches
+    ±d_k·1600; each judged within 2⁻⁸ of its largest |Z|. Then float32 and float64 of ordinary size."""
     g = _gen(30)
-    # T_q = T_k = B = d_k, where every slip of the layout runs silently; then all sizes different; then float64
-    return [
-        (torch.randn(4, 4, 4, generator=g), torch.randn(4, 4, 4, generator=g)),
-        (torch.randn(3, 2, 6, generator=g), torch.randn(5, 2, 6, generator=g)),
-        (torch.randn(2, 3, 8, generator=g, dtype=torch.float64), torch.randn(6, 3, 8, generator=g,
-                                                                            dtype=torch.float64)),
-    ]
+    signs = lambda *shape: torch.randint(0, 2, shape, generator=g) * 2 - 1
+    def large(lead, T_q, T_k, d):
+        s = signs(d)
+        Q, K = (s * (20 + 40 * torch.rand(*lead, T, d, generator=g, dtype=torch.float64)) for T in (T_q, T_k))
+        K[..., 0, :], K[..., 1, :] = K[..., 0, :] * signs(d), -K[..., 1, :]
+        return Q.half(), K.half()
+    half = [large((), 4, 5, 64), large((2,), 3, 4, 128), large((2, 2), 3, 3, 64)]
+    ordinary = [tuple(torch.randn(*lead, T, d, generator=g, dtype=dt) for T in (T_q, T_k))
+                for lead, T_q, T_k, d, dt in (((3,), 4, 5, 16, torch.float32), ((2, 2), 3, 5, 8, torch.float64))]
+    return [*(Group([c], 2 ** -8 * _fp16_reference(*c).abs().max().item()) for c in half), Group(ordinary, 1e-5)]
 
 
-def _scores_reference(Q, K):
-    Q, K = Q.transpose(0, 1), K.transpose(0, 1)                 # (B, T_q, d_k), (B, T_k, d_k)
-    return scale(scores(Q, K), Q.shape[-1])                      # (B, T_q, T_k)
+def _planted_fp16(Q, K, *, at: str = "Q", power: float = 0.5, keys: str = "last two", upcast_K: bool = False):
+    """Z with the division by d_k ** power on "Q", on "both" factors, "after" the product, or after a "clamp"."""
+    f, K = Q.shape[-1] ** power, K.float() if upcast_K else K
+    Kt = K.mT if keys == "last two" else K.transpose(0, 1) if keys == "first two" else K.t()
+    S = {"after": lambda: Q @ Kt, "clamp": lambda: torch.nan_to_num(Q @ Kt)}.get(at)
+    return S() / f if S else (Q / f) @ (Kt / f if at == "both" else Kt)
 
 
-def _planted_scores(Q, K, *, table: str = "right", scale: str = "/ √d_k"):
-    """The scaled scores with a planted slip; the defaults compute them (``scale`` as in :func:`_scaled`)."""
-    Qb, Kb = Q.transpose(0, 1), K.transpose(0, 1)
-    S = {"right": lambda: Qb @ Kb.mT,
-         "batch": lambda: Q @ K.mT,                            # (T_q, B, B)
-         "sequence-first": lambda: (Qb @ Kb.mT).transpose(0, 1),  # (T_q, B, T_k)
-         "keys on rows": lambda: Kb @ Qb.mT,                   # (B, T_k, T_q)
-         "no transpose": lambda: Qb @ Kb,
-         "reshape": lambda: Q.reshape(Qb.shape) @ K.reshape(Kb.shape).mT}[table]()
-    return _scaled(S, scale, d_k=Q.shape[-1], B=Q.shape[1], T_q=Q.shape[0], T_k=K.shape[0])
-
-
-_SCORES_MISTAKES = variants(_planted_scores, [
-    ("reshape", {"table": "reshape"},
-     "does row i of one sequence's table hold the scores of that sequence's query i? Look at how your batch "
-     "axis was brought to the front.",
-     "you reshaped (T_q, B, d_k) into (B, T_q, d_k). A reshape keeps the order of the numbers in memory and "
-     "only regroups them, so each new \"sequence\" mixes queries of several sequences. Moving an axis "
-     "means swapping axes, not regrouping the numbers."),
-    ("batch-table", {"table": "batch"},
-     "does an entry of your table compare a query position with a key position? Look at which two axes "
-     "the product of the last two axes pairs up when the sequence axis comes first.",
-     "your table compares the sequences of the batch with each other, at each position: a product of the "
-     "last two axes treats every axis before them as a batch, and here that is the sequence axis. Bring the "
-     "batch axis to the front (or name every axis in an einsum) before taking the product."),
-    ("sequence-first-result", {"table": "sequence-first"},
-     "your numbers are right, but in which order are the axes of your result? The batch axis comes first.",
-     "your result is laid out as (T_q, B, T_k), the order of the inputs; the exercise asks for the batch "
-     "axis first: (B, T_q, T_k)."),
-    ("keys-on-rows", {"table": "keys on rows"},
-     "is row i of one sequence's table the query position i? Count the rows a sequence's table should have.",
-     "your table is the transpose of Z: its rows are the T_k keys and its columns the T_q queries. Rows must "
-     "be queries, columns keys."),
-    ("no-transpose", {"table": "no transpose"},
-     "each score is the dot product of one query with one key, over their d_k components: which axes does "
-     "your product sum over?",
-     "you multiplied the queries by the keys without transposing the keys, so the product sums over key "
-     "positions instead of the d_k components (with square inputs this runs silently)."),
-    ("no-scale", {"scale": "none"},
-     "the table's layout is right, but its entries are too large: which step of S / √d_k is missing?",
-     "the table is right but not scaled: divide it by the square root of d_k, the width of q and k."),
-    ("divide-by-d_k", {"scale": "/ d_k"},
-     "the table's layout is right, but its entries are too small: by what exactly does the scaling divide?",
-     "you divided by d_k. The rule divides by its square root, because the standard deviation of q·k grows "
-     "like √d_k, not like d_k."),
-    ("multiply-by-sqrt", {"scale": "× √d_k"},
-     "the table's layout is right, but its entries are much too large: does your scaling shrink the scores?",
-     "you multiplied by √d_k; the scores must be divided by it."),
-    *[(f"sqrt-{n}", {"scale": f"/ √{n}"},
-       "the table's layout is right, but not its scale: the length of which axis of Q do you divide by?",
-       f"you divided by the square root of {n}, the length of another axis. The score is a dot product over "
-       "the d_k components of q and k, the last axis of Q, and it is divided by √d_k.")
-      for n in ("B", "T_q", "T_k")],
+_OVERFLOW = ("your Z is infinite where the true score fits in float16: at which step of yours does a number first "
+             "pass 65504?", "Q Kᵀ passes 65504 before your division brings it back, so the product is already "
+             "inf. Where else can 1/√d_k enter the score? This page moved it once already.")
+_AXES = ("right for one table, but not with axes in front: which two axes does your transpose swap?",
+         "with leading axes, K's rows and components are its last two axes: swap those.")
+_FP16_MISTAKES = variants(_planted_fp16, [
+    ("scale-after", {"at": "after"}, *_OVERFLOW), ("scale-after", {"at": "after", "power": 1}, *_OVERFLOW),
+    ("no-scale", {"power": 0}, "your scores are too large, in float16 infinite: which step of Z = S / √d_k is "
+     "missing?", "the scores are not divided by √d_k at all."),
+    ("scaled-twice", {"at": "both"}, "your scores are finite but √d_k times too small: how often, and by what, "
+     "is each score divided?", "each score is divided by d_k: both Q and K were divided by √d_k (or one of them "
+     "by d_k). The factors on the two sides must multiply to 1/√d_k."),
+    ("fourth-root-once", {"power": 0.25}, "your scores are finite but too large: what do the factors on the two "
+     "sides of your product multiply to?", "only one side was divided by the fourth root of d_k, so each score "
+     "is divided by d_k^¼, not √d_k."),
+    ("clamped", {"at": "clamp"}, "your scores are finite, but the largest are all one number: what happened to "
+     "the scores that overflowed?", "a clamp (or nan_to_num) turns an overflowed score into float16's largest "
+     "number, not into its true value: the overflow itself must not happen."),
+    ("upcast-K", {"upcast_K": True}, "torch refuses a product of float16 and float32, and the exercise asks for "
+     "no wider copy anyway: which number of yours outgrows float16, and must it?", "K in float32 meets Q in "
+     "float16. Keep both in float16 and make sure no step needs more than float16 holds."),
+    ("last-two-axes", {"keys": "first two"}, *_AXES), ("last-two-axes", {"keys": "t"}, *_AXES),
 ])
+WIDER = Mistake("wider-dtype", "your function made a {dtype} tensor from {given} inputs, and the exercise asks "
+                "for no wider copy: which of your numbers would not fit in {given}, and must it be that large?",
+                more="a wider copy of Q, K or the scores costs the memory and time a narrow dtype saves. Find the "
+                     "step whose numbers overflow float16 and change the order of the steps so that none does.")
 
 
-@checker(mistakes=_SCORES_MISTAKES)
-def check_scaled_scores(fn) -> Verdict:
-    """``fn(Q, K)`` with Q (T_q, B, d_k), K (T_k, B, d_k) → Z = S / √d_k of shape (B, T_q, T_k); rows are queries."""
-    return judge(fn, _scores_cases(), _scores_reference, _SCORES_MISTAKES,
-                 success="the batch axis comes first, rows are the queries, columns the keys, and the scores "
-                         "are divided by √d_k (square inputs, T_q ≠ T_k, and float64).")
+class _Made(TorchFunctionMode):
+    """The dtypes of the tensors with an axis that one run's torch calls made (lighter than the engine's watch)."""
+    def __init__(self):
+        super().__init__()
+        self.dtypes = set()
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.dtypes |= {t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.dim()}
+        return out
+
+
+@checker(mistakes=[*_FP16_MISTAKES, WIDER])
+def check_fp16_scores(fn) -> Verdict:
+    made = {}
+
+    def recorded(*args):   # the learner's call, with what it made kept under its first input
+        with _Made() as made[id(args[0])]:
+            return fn(*args)
+
+    def no_wider(case, got, args, watch) -> Verdict | None:
+        top, given = torch.finfo(case[0].dtype).max, str(case[0].dtype)[6:]
+        wider = sorted(str(t)[6:] for t in made[id(args[0])].dtypes if t.is_floating_point and torch.finfo(t).max > top)
+        return named(WIDER, dtype=wider[0], given=given) if wider else None
+
+    return judge(functools.wraps(fn)(recorded) if callable(fn) else fn, _fp16_groups(), _fp16_reference,
+                 _FP16_MISTAKES, properties=no_wider,
+                 success="Z = Q Kᵀ / √d_k in the dtype that came in, finite where it fits in float16 although Q Kᵀ "
+                         "does not, with two to four axes, and in float32 and float64.")
 
 
 # --- find the bug: Z = (X W_Q)(X W_K)ᵀ / √d_k built by broadcasting ---------------------------------------------------
-# The code as given pairs keys with queries the wrong way round (its rows are keys) and divides by √d_model, the width
-# of X, where d_k ≠ d_model.
 
 def _head_cases() -> list[tuple]:
     g = _gen(31)
-    return [
-        (torch.randn(5, 16, generator=g), torch.randn(16, 8, generator=g) / 4, torch.randn(16, 8, generator=g) / 4),
-        (torch.randn(2, 4, 9, generator=g), torch.randn(9, 2, generator=g) / 3, torch.randn(9, 2, generator=g) / 3),
-        (torch.randn(3, 6, 12, generator=g, dtype=torch.float64),
-         torch.randn(12, 4, generator=g, dtype=torch.float64) / 3,
-         torch.randn(12, 4, generator=g, dtype=torch.float64) / 3),
-    ]
+    # (leading axes, T, d_model, d_k, divisor of the weights, dtype), with d_k ≠ d_model
+    sizes = [((), 5, 16, 8, 4, torch.float32), ((2,), 4, 9, 2, 3, torch.float32), ((3,), 6, 12, 4, 3, torch.float64)]
+    return [(torch.randn(*lead, T, d, generator=g, dtype=dt), torch.randn(d, d_k, generator=g, dtype=dt) / s,
+             torch.randn(d, d_k, generator=g, dtype=dt) / s) for lead, T, d, d_k, s, dt in sizes]
 
 
 def _head_reference(X, W_Q, W_K):
-    Q, K = project(X, W_Q), project(X, W_K)
-    return scale(scores(Q, K), W_Q.shape[-1])
+    return scale(scores(project(X, W_Q), project(X, W_K)), W_Q.shape[-1])
 
 
-def _planted_head(X, W_Q, W_K, *, scale: str = "/ √d_k", rows: str = "queries", same_weights: bool = False):
-    """(X W_Q)(X W_K)ᵀ / √d_k with a planted slip; the defaults compute it."""
+def _planted_head(X, W_Q, W_K, *, by: str = "d_k", power: float = 0.5, rows: str = "queries", same_weights=False):
     Q, K = X @ W_Q, X @ (W_Q if same_weights else W_K)
     S = Q @ K.mT if rows == "queries" else K @ Q.mT
     S = S.transpose(0, 1) if rows == "first-two" else S
-    return _scaled(S, scale, d_k=W_Q.shape[-1], d_model=X.shape[-1], T=X.shape[-2])
+    return S / {"d_k": W_Q.shape[-1], "d_model": X.shape[-1], "T": X.shape[-2]}[by] ** power   # power -0.5: × √
 
 
 def buggy_head_scores(X, W_Q, W_K):
@@ -148,47 +142,34 @@ def buggy_head_scores(X, W_Q, W_K):
 
 _HEAD_MISTAKES = [
     Mistake("as-given",
-            "this is still the function as given. It runs and has the right shape, but two of the chapter's "
-            "checks fail: compare one row of its table with the dot products of that query against every "
-            "key, and compare the spread of its scores with what the scaling should leave.",
+            "this is still the function as given: it runs with the right shape, but compare a row of its table "
+            "with that query's dot products, and the spread of its scores with what the scaling should leave.",
             buggy_head_scores,
-            more="this is still the function as given, with two bugs: its table has the keys on rows (entry "
-                 "(i, j) multiplies key i with query j), and it divides by the square root of the width of X, "
-                 "d_model, where the dot products are taken between vectors of width d_k."),
+            more="this is still the function as given, with two bugs: its rows are keys (entry (i, j) multiplies "
+                 "key i with query j), and it divides by √d_model where q and k have width d_k."),
     *variants(_planted_head, [
-        ("rows-are-keys", {"rows": "keys"},
-         "the scale is right now. Is row i of your table the query position i? Compare row 0 with the dot "
-         "products of query 0 against every key.",
-         "your table is the transpose of Z: entry (i, j) multiplies key i with query j. Swap the roles in the "
-         "broadcast so that the first of the two position axes belongs to the queries."),
-        ("sqrt-d_model", {"scale": "/ √d_model"},
-         "rows and columns are right now. How many components do the two vectors of each dot product have, "
-         "and is that the number whose square root you divide by?",
-         "you divide by the square root of d_model, the width of X. The dot products are taken between q "
-         "and k, which have d_k components, and here d_k differs from d_model."),
-        ("divide-by-d_k", {"scale": "/ d_k"},
-         "rows and columns are right now, but the scores are too small: by what exactly does the scaling "
-         "divide?",
-         "you divided by d_k; divide by its square root, √d_k."),
-        ("no-scale", {"scale": "none"},
-         "rows and columns are right now, but the scores are too large: which step of S / √d_k is missing?",
-         "the table is right but not scaled: divide by the square root of d_k, the width of q and k."),
-        ("multiply-by-sqrt", {"scale": "× √d_k"},
-         "rows and columns are right now, but the scores are much too large: does your scaling shrink them?",
-         "you multiplied by √d_k; the scores must be divided by it."),
-        ("sqrt-T", {"scale": "/ √T"},
-         "rows and columns are right now. Which axis of X or Q counts the components of a dot product, and "
-         "is its length the number whose square root you divide by?",
-         "you divide by the square root of T, the number of positions (X.shape[-2]). Each score is a dot "
-         "product of two vectors of width d_k, and it is divided by √d_k."),
+        ("rows-are-keys", {"rows": "keys"}, "the scale is right now. Is row i of your table the query position i?",
+         "entry (i, j) of your table multiplies key i with query j: the first position axis of the broadcast "
+         "must belong to the queries."),
+        ("sqrt-d_model", {"by": "d_model"},
+         "rows and columns are right now: how many components do the two vectors of each dot product have?",
+         "you divide by √d_model, the width of X; q and k have d_k components, and here d_k ≠ d_model."),
+        ("no-scale", {"power": 0}, "rows and columns are right now, but the scores are too large: which step of "
+         "S / √d_k is missing?", "the table is right but not scaled: divide it by the square root of d_k, the "
+         "width of q and k."),
+        ("divide-by-d_k", {"power": 1}, "rows and columns are right now, but the scores are too small: by what "
+         "does the scaling divide?", "you divided by d_k; the standard deviation of q·k grows like √d_k, not like "
+         "d_k."),
+        ("multiply-by-sqrt", {"power": -0.5}, "rows and columns are right now, but the scores are much too large: "
+         "does your scaling shrink them?", "you multiplied by √d_k; the scores must be divided by it."),
+        ("sqrt-T", {"by": "T"}, "rows and columns are right now, but not the scale: which axis counts the "
+         "components of a dot product?", "you divided by √T, the length of another axis; each score is a dot "
+         "product over the d_k components, divided by √d_k."),
         ("first-two-axes", {"rows": "first-two"},
-         "right for one sequence, but a batch comes back with its axes in another order: which two axes of "
-         "the table does your transpose swap?",
-         "you swap the first two axes of the table. For one sequence those are its rows and columns, but with "
-         "a batch axis in front they are the batch and the rows; swap the last two axes, whatever comes "
-         "before them."),
-        ("same-weights", {"same_weights": True},
-         "where do your keys come from? Compare them with the queries.",
+         "right for one sequence, but a batch comes back in another order: which two axes does your transpose "
+         "swap?",
+         "with a batch axis in front, the first two axes are the batch and the rows: swap the last two."),
+        ("same-weights", {"same_weights": True}, "where do your keys come from? Compare them with the queries.",
          "you used W_Q for the keys as well. Queries and keys have separate weights."),
     ]),
 ]
@@ -196,21 +177,17 @@ _HEAD_MISTAKES = [
 
 @checker(mistakes=_HEAD_MISTAKES)
 def check_head_scores(fn) -> Verdict:
-    """``fn(X, W_Q, W_K)`` with X (..., T, d_model), W_Q, W_K (d_model, d_k) → Z (..., T, T), the scaled scores."""
     return judge(fn, _head_cases(), _head_reference, _HEAD_MISTAKES,
                  success="rows are queries, columns keys, and the scores are divided by √d_k, the width of q "
                          "and k (not √d_model).")
 
 
 # --- predict: the spread of Z = S / √d_k when every query and key has length 1 ----------------------------------------
-# A component of a random direction of length 1 has variance 1/d_k, so q·k has variance d_k · (1/d_k)² = 1/d_k, and Z
-# has standard deviation 1/d_k.
 
 _UNIT = {"B": 4, "T": 32, "d_model": 128, "d_k": 64}   # B tables of T queries against T keys
 
 
 def _measured_unit_length_std(B: int, T: int, d_model: int, d_k: int) -> float:
-    """The standard deviation of Z over B tables of T × T scores of random unit-length q and k (float64)."""
     g = _gen(33)
     Q, K = (torch.randn(B, T, d_k, generator=g, dtype=torch.float64) for _ in range(2))
     Q, K = Q / Q.norm(dim=-1, keepdim=True), K / K.norm(dim=-1, keepdim=True)
@@ -219,47 +196,115 @@ def _measured_unit_length_std(B: int, T: int, d_model: int, d_k: int) -> float:
 
 _B, _T, _DM, _DK = _UNIT.values()
 _RAW = 1 / math.sqrt(_DK)         # the spread of q·k before the division
-# Each hint says which side the guess is on and which part of the count is off, never how to count it.
 _GUESSES = [
-    Guess("scaling-fixes-it", "too high: 1 is what the division gives for components of variance 1. What variance "
-          "does one component of a vector of length 1 have?", 1.0,
-          more="too high: the division makes up for the number of terms only. Here the length 1 is shared by "
-               "all d_k components, so each one is much smaller than 1."),
+    Guess("scaling-fixes-it", "too high: what variance does one component of a vector of length 1 have?", 1.0,
+          "too high: 1 is the spread for components of variance 1; here all d_k components share the length 1."),
     Guess("unscaled", "too high: that is the spread of q·k before the division by √d_k.", _RAW,
-          more="too high by a factor of √d_k = 8: your q·k is right, but Z is q·k divided by √d_k."),
+          "too high by a factor of √d_k = 8: your q·k is right, but Z is q·k divided by √d_k."),
     Guess("variance", "too low: your number is a variance, and the question asks for a standard deviation.",
-          _RAW ** 2 / _DK, more="too low: that is the variance of Z; its standard deviation is its square root."),
-    Guess("divided-by-d_k", "too low by a factor of √d_k = 8: one step of your count shrinks the spread by √d_k "
-          "once too often. Which one?", _RAW / _DK,
-          more="too low by a factor of 8: either you divided the standard deviation by d_k (it shrinks by √d_k), "
-               "or you left out how the spread grows from one term q_r·k_r to the sum of d_k terms."),
-    Guess("variance-divided-by-sqrt", "too high: the spread of q·k is right; what the division does to a variance "
-          "is off. By how much does dividing every score by 8 shrink their variance?", _RAW / _DK ** 0.25,
-          more="too high by a factor of √8: dividing every score by √d_k divides their variance by d_k."),
+          _RAW ** 2 / _DK, "too low: that is the variance of Z; its standard deviation is its square root."),
+    Guess("divided-by-d_k", "too low by a factor of √d_k = 8: which step of your count shrinks the spread once "
+          "too often?", _RAW / _DK, "too low by 8: either you divided the standard deviation by d_k (it shrinks "
+          "by √d_k), or you left out how the spread grows from one term q_r·k_r to the sum of d_k terms."),
+    Guess("variance-divided-by-sqrt", "too high: by how much does dividing every score by 8 shrink their "
+          "variance?", _RAW / _DK ** 0.25, "too high by √8: dividing every score by √d_k divides their variance "
+          "by d_k."),
     Guess("width-d_model", "too low: which width do q and k have, d_model or d_k?", 1 / _DM,
-          more="too low: you counted with d_model = 128, the width of X; q and k have d_k = 64 components."),
-    Guess("sqrt-d_model", "too low: the spread of q·k is right. Which width's square root divides the scores?",
-          _RAW / math.sqrt(_DM), more="too low: you divided by √d_model; the scores are divided by √d_k."),
-    Guess("sqrt-T", "too high: by what is every score divided? The number of keys T is not in a dot product.",
-          _RAW / math.sqrt(_T), more="too high: you divided by √T. T only counts the scores of a row; each one "
-                                     "is a dot product of width d_k, divided by √d_k."),
-    Guess("unit-variance", "too high: that is the spread of q·k for components of variance 1, before any "
-          "division. How large is one component of a vector of length 1?", math.sqrt(_DK),
-          more="too high: √d_k is the spread of q·k for components of variance 1, and without the division. "
-               "Here q and k have length 1, so their d_k components share that length."),
-    Guess("orthogonal", "too low: random directions in many dimensions are nearly orthogonal, but not exactly. "
-          "How far from 0 does q·k stray?", 0.0,
-          more="too low: q·k of two random directions is close to 0 but not 0; it is a sum of d_k small "
-               "products, and a sum of d_k random terms spreads."),
-    Guess("sqrt-B", "too high: by what is every score divided? The number of sequences B is not in a dot product.",
-          _RAW / math.sqrt(_B), more="too high: you divided by √B. B only counts the tables; each score is a dot "
-                                     "product of width d_k, divided by √d_k."),
+          "too low: you counted with d_model = 128, the width of X; q and k have d_k = 64 components."),
+    Guess("sqrt-d_model", "too low: which width's square root divides the scores?", _RAW / math.sqrt(_DM),
+          "too low: you divided by √d_model; the scores are divided by √d_k."),
+    *[Guess(f"sqrt-{n}", f"too high: is the number of {what} {n} in a dot product?", _RAW / math.sqrt(size),
+            f"too high: you divided by √{n}, which only counts the {counts}; each score is divided by √d_k.")
+      for n, what, size, counts in (("T", "keys", _T, "scores of a row"), ("B", "sequences", _B, "tables"))],
+    Guess("unit-variance", "too high: how large is one component of a vector of length 1?", math.sqrt(_DK),
+          "too high: √d_k is the spread of q·k for components of variance 1, without the division."),
+    Guess("orthogonal", "too low: random directions are nearly orthogonal, but how far from 0 does q·k stray?", 0.0,
+          "too low: q·k of two random directions is a sum of d_k small random products, and such a sum spreads."),
 ]
 
 
 @checker(kind="predict", mistakes=_GUESSES)
 def check_unit_length_scores(value) -> Verdict:
-    """A predicted standard deviation of Z = q·k/√d_k for q and k of length 1 (d_k = 64)."""
     return judge_number(value, _measured_unit_length_std(**_UNIT), _GUESSES, rtol=0.1,
                         success=f"each component has variance 1/d_k, q·k has variance 1/d_k, and the division "
                                 f"leaves Z a standard deviation of 1/d_k = {1 / _DK:g}.")
+
+
+# --- TEMPORARY: the old ex-03-scaled checker, kept until book/03_scaling.ipynb switches to ex-03-fp16-scores ---
+
+def _scaled(S, scale: str, **width: int):
+    """S scaled as ``scale`` says: "/ √n", "/ n" or "× √n" for a width n of ``width``, or "none"."""
+    if scale == "none":
+        return S
+    op, n = scale.split()
+    factor = width[n.lstrip("√")] ** (0.5 if n.startswith("√") else 1)
+    return S * factor if op == "×" else S / factor
+
+
+def _scale_slips(right: str, *axes: str) -> list[tuple]:
+    """The scaling slips both tables share, ``axes`` those whose length is mistaken for d_k; ``right`` says what
+    is already right in the answer."""
+    return [
+        ("no-scale", {"scale": "none"}, f"{right}, but the scores are too large: which step of S / √d_k is missing?",
+         "the table is right but not scaled: divide it by the square root of d_k, the width of q and k."),
+        ("divide-by-d_k", {"scale": "/ d_k"}, f"{right}, but the scores are too small: by what does the scaling "
+         "divide?", "you divided by d_k; the standard deviation of q·k grows like √d_k, not like d_k."),
+        ("multiply-by-sqrt", {"scale": "× √d_k"}, f"{right}, but the scores are much too large: does your scaling "
+         "shrink them?", "you multiplied by √d_k; the scores must be divided by it."),
+        *[(f"sqrt-{n}", {"scale": f"/ √{n}"}, f"{right}, but not the scale: which axis counts the components of a "
+           "dot product?", f"you divided by √{n}, the length of another axis; each score is a dot product over the "
+           "d_k components, divided by √d_k.") for n in axes],
+    ]
+
+
+# --- Z = S / √d_k from Q and K in the sequence-first layout: Q (T_q, B, d_k), K (T_k, B, d_k) → (B, T_q, T_k) ---------
+
+def _scores_cases() -> list[tuple]:
+    g = _gen(30)
+    # T_q = T_k = B = d_k, where every slip of the layout runs silently; then all sizes different; then float64
+    sizes = [(4, 4, 4, 4, torch.float32), (3, 5, 2, 6, torch.float32), (2, 6, 3, 8, torch.float64)]
+    return [(torch.randn(T_q, B, d, generator=g, dtype=dt), torch.randn(T_k, B, d, generator=g, dtype=dt))
+            for T_q, T_k, B, d, dt in sizes]
+
+
+def _scores_reference(Q, K):
+    Q, K = Q.transpose(0, 1), K.transpose(0, 1)                 # (B, T_q, d_k), (B, T_k, d_k)
+    return scale(scores(Q, K), Q.shape[-1])                      # (B, T_q, T_k)
+
+
+def _planted_scores(Q, K, *, table: str = "right", scale: str = "/ √d_k"):
+    Qb, Kb = Q.transpose(0, 1), K.transpose(0, 1)
+    S = {"right": lambda: Qb @ Kb.mT,
+         "batch": lambda: Q @ K.mT,                            # (T_q, B, B)
+         "sequence-first": lambda: (Qb @ Kb.mT).transpose(0, 1),  # (T_q, B, T_k)
+         "keys on rows": lambda: Kb @ Qb.mT,                   # (B, T_k, T_q)
+         "no transpose": lambda: Qb @ Kb,
+         "reshape": lambda: Q.reshape(Qb.shape) @ K.reshape(Kb.shape).mT}[table]()
+    return _scaled(S, scale, d_k=Q.shape[-1], B=Q.shape[1], T_q=Q.shape[0], T_k=K.shape[0])
+
+
+_SCORES_MISTAKES = variants(_planted_scores, [
+    ("reshape", {"table": "reshape"}, "does row i of one sequence's table hold that sequence's query i?",
+     "you reshaped (T_q, B, d_k) into (B, T_q, d_k): a reshape regroups the numbers in memory order, so each new "
+     "\"sequence\" mixes queries of several. Moving an axis means swapping axes."),
+    ("batch-table", {"table": "batch"}, "does an entry of your table compare a query with a key, or two sequences?",
+     "your product treats the sequence axis as a batch and compares the sequences with each other. Bring the "
+     "batch axis to the front (or name every axis in an einsum) first."),
+    ("sequence-first-result", {"table": "sequence-first"}, "your numbers are right, but is the batch axis first?",
+     "your result is laid out as (T_q, B, T_k), the order of the inputs; the exercise asks for (B, T_q, T_k)."),
+    ("keys-on-rows", {"table": "keys on rows"}, "is row i of one sequence's table the query position i?",
+     "your table is the transpose of Z: its rows are the T_k keys, its columns the T_q queries."),
+    ("no-transpose", {"table": "no transpose"}, "which axes does your product sum over? Each score sums over d_k.",
+     "without transposing the keys, the product sums over key positions (square inputs hide it)."),
+    *_scale_slips("the table's layout is right", "B", "T_q", "T_k"),
+])
+
+
+@checker(mistakes=_SCORES_MISTAKES)
+def check_scaled_scores(fn) -> Verdict:
+    return judge(fn, _scores_cases(), _scores_reference, _SCORES_MISTAKES,
+                 success="the batch axis comes first, rows are the queries, columns the keys, and the scores "
+                         "are divided by √d_k (square inputs, T_q ≠ T_k, and float64).")
+
+
+__all__.append("check_scaled_scores")

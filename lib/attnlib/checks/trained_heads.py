@@ -1,8 +1,7 @@
 """Exercise checkers for the page on trained heads.
 
-``check_uniform_induction_score(value)``: a prediction, the induction score of a uniform causal table on one
-sequence of ``R`` distinct tokens followed by the same ``R`` tokens again.
-
+``check_uniform_induction_score(value)``: a predicted induction score of a uniform causal table on ``R`` distinct
+tokens followed by the same ``R`` tokens again.
 ``check_all_induction_targets(fn)``: ``fn(ids)``, ids (…, T) → bool (…, T, T), True at (i, j + 1) for every
 earlier position j < i holding the token of position i (every earlier copy, not only the latest).
 """
@@ -10,6 +9,7 @@ earlier position j < i holding the token of position i (every earlier copy, not 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..attention import causal_mask
 from ..induction import induction_score
@@ -20,77 +20,50 @@ __all__ = ["check_uniform_induction_score", "check_all_induction_targets"]
 R = 7   # the block length of the question: T = 2R = 14
 
 
-def _uniform(T: int) -> torch.Tensor:
-    """(T, T) float64: row i spreads its weight evenly over the keys it may read, j ≤ i."""
-    readable = causal_mask(T, dtype=torch.bool)
-    return readable.double() / readable.sum(-1, keepdim=True)
-
-
 def _measured(r: int) -> float:
-    """The score itself, measured with the page's induction_score on a uniform table."""
-    ids = torch.arange(r).repeat(2)                               # r distinct tokens, twice
-    return induction_score(_uniform(2 * r), ids).item()
+    """The induction score of a uniform causal table on r distinct tokens, twice."""
+    readable = causal_mask(2 * r, dtype=torch.bool)
+    return induction_score(readable.double() / readable.sum(-1, keepdim=True), torch.arange(r).repeat(2)).item()
 
 
 def _guesses(r: int) -> list[Guess]:
     T = 2 * r
     second_half = [1 / (i + 1) for i in range(r, T)]             # the target's weight, for each counted query
     return [
-        Guess("all-queries",
-              "too low: the average runs over the wrong set of queries. Which queries does the induction score "
-              "count, and how many are there?",
-              sum(second_half) / T,
-              "the first r tokens have no earlier copy, so the score averages over the r queries of the second "
-              "half only."),
-        Guess("no-mask",
-              "too low: each row spreads its weight over too many keys. How many keys may query i read?", 1 / T,
-              "a causal row i spreads its weight over keys 0 … i, so its weight on one key shrinks as i grows: "
-              "the answer is an average of r different numbers."),
-        Guess("one-block",
-              "too high: each row spreads its weight over too few keys. Which keys does a causal row i share its "
-              "weight with?", 1 / r,
-              "row i of the uniform table reads i + 1 keys, not r."),
-        Guess("strict",
-              "a little too high: each row spreads its weight over one key too few. Which keys does a causal row "
-              "read?",
-              sum(1 / i for i in range(r, T)) / r,
-              "the causal mask lets query i read key i itself, so row i spreads over i + 1 keys."),
-        Guess("summed",
-              "too high: that is the sum of the counted queries' weights on their targets. What does a score "
-              "do with them: add them up, or average them?", sum(second_half),
-              "the induction score is a mean over the r queries that have an earlier copy: divide the sum by r."),
-        Guess("every-row",
-              "too high: that averages a row's weight over every row of the table. Which entry of a row does "
-              "the score read, and in which rows?", sum(1 / (i + 1) for i in range(T)) / T,
-              "the score reads one entry of each counted row, the key after the earlier copy, and counts only "
-              "the r rows of the second half: the first r rows have no earlier copy."),
-        Guess("previous-token",
-              "too high: that is the uniform table's previous-token score, the weight on key i − 1 in every "
-              "row. Which key does the induction score read?", sum(1 / (i + 1) for i in range(1, T)) / (T - 1),
-              "the induction score reads the key right after the earlier copy of the query's token, and only "
-              "in the second half, where an earlier copy exists."),
-        Guess("page-r16",
-              "too low: that is the baseline printed for r = 16 (T = 32). Does a uniform row's weight on one "
-              "key depend on T?", _measured(16),
+        Guess("all-queries", "too low: which queries does the induction score average over?", sum(second_half) / T,
+              "the first r tokens have no earlier copy, so the score averages over the r queries of the second half."),
+        Guess("no-mask", "too low: each row spreads its weight over too many keys. How many may query i read?", 1 / T,
+              "a causal row i spreads its weight over keys 0 … i, so its weight on one key shrinks as i grows."),
+        Guess("one-block", "too high: each row spreads its weight over too few keys. Which keys may row i read?",
+              1 / r, "row i of the uniform table reads i + 1 keys, not r."),
+        Guess("strict", "a little too high: each row spreads its weight over one key too few. Which keys does a "
+              "causal row read?", sum(1 / i for i in range(r, T)) / r, "the causal mask lets query i read key i "
+              "itself, so row i spreads over i + 1 keys."),
+        Guess("summed", "too high: does a score add up the counted queries' weights, or average them?",
+              sum(second_half), "the induction score is a mean over the r queries that have an earlier copy."),
+        Guess("every-row", "too high: which entry of a row does the score read, and in which rows?",
+              sum(1 / (i + 1) for i in range(T)) / T,
+              "the score reads the key after the earlier copy, and only in the r rows of the second half."),
+        Guess("previous-token", "too high: that is the previous-token score, the weight on key i − 1. Which key does "
+              "the induction score read?", sum(1 / (i + 1) for i in range(1, T)) / (T - 1),
+              "the induction score reads the key right after the earlier copy, and only in the second half."),
+        Guess("page-r16", "too low: that is the baseline printed for r = 16 (T = 32). Does a uniform row's weight "
+              "on one key depend on T?", _measured(16),
               "with shorter sequences each row reads fewer keys, so each key gets more weight."),
-        Guess("page-demo",
-              "too high: that is the score of the page's hand-made uniform table, a block of 4 repeated (T = 8). "
-              "How does the block length enter?", _measured(4),
-              "a later query reads more keys, so it puts less on its target: longer blocks give a smaller score."),
+        Guess("page-demo", "too high: that is the page's uniform table for a block of 4 (T = 8). How does the block "
+              "length enter?", _measured(4), "a later query reads more keys, so it puts less on its target."),
     ]
 
 
 @checker(kind="predict", mistakes=_guesses(R))
 def check_uniform_induction_score(value) -> Verdict:
-    """Check a predicted induction score of a uniform causal table on r = 7 distinct tokens repeated (T = 14)."""
     return judge_number(value, _measured(R), _guesses(R), rtol=0.07,
                         success="the r queries of the second half each put 1 / (i + 1) on their target.",
                         again="write down, for one query of the second half, how many keys it reads and which "
                               "one is its target; then average over the queries the score counts.")
 
 
-# ------------------------------------------------------------------------------------------------
-# Induction targets for text, where a token may have several earlier copies.
+# --- induction targets for text, where a token may have several earlier copies -----------------------------------
 
 def _targets_cases() -> list[tuple[torch.Tensor]]:
     return [
@@ -103,11 +76,8 @@ def _targets_cases() -> list[tuple[torch.Tensor]]:
 
 def _planted_targets(ids, *, copies: str = "every", shift: int = 1, self_copy: bool = False,
                      later: bool = False, transpose: bool = False, own_key: bool = True):
-    """The targets with a planted slip; the defaults build them. ``copies`` is "every", "latest" or "first"
-    earlier copy; the target is the copy's position + ``shift``; ``self_copy`` counts the query as its own
-    earlier copy (j ≤ i); ``later`` takes the copies after the query (j > i); ``transpose`` swaps query and key;
-    ``own_key`` False drops a target at the query's own
-    position (where the token before the query is the query's token)."""
+    """The targets (the defaults), or a planted slip: ``copies`` "every", "latest" or "first"; the target at the
+    copy + ``shift``; j ≤ i (``self_copy``) or j > i (``later``); ``own_key`` False drops the target at i itself."""
     T = ids.shape[-1]
     i = torch.arange(T)
     before = i[None, :] <= i[:, None] if self_copy else i[None, :] < i[:, None]       # (i, j)
@@ -116,61 +86,45 @@ def _planted_targets(ids, *, copies: str = "every", shift: int = 1, self_copy: b
     if copies != "every":
         pick = torch.where(same, i, -1).amax(-1) if copies == "latest" else torch.where(same, i, T).amin(-1)
         same = same & (i == pick[..., None])
-    target = torch.zeros_like(same)
-    if shift >= 0:
-        target[..., :, shift:] = same[..., :, :T - shift]
-    else:
-        target[..., :, :T + shift] = same[..., :, -shift:]
+    target = F.pad(same, (shift, -shift))                                               # copy j → key j + shift
     if not own_key:
         target = target & ~torch.eye(T, dtype=torch.bool)
     return target.transpose(-2, -1) if transpose else target
 
 
 _TARGETS_MISTAKES = variants(_planted_targets, [
-    ("latest-only", {"copies": "latest"},
-     "a token that appears three times: how many targets does its last occurrence get from you?",
-     "your targets follow only the latest earlier copy, as the page's induction_targets does. Here every "
-     "earlier copy j gives the query a target at j + 1."),
-    ("first-only", {"copies": "first"},
-     "a token that appears three times: how many targets does its last occurrence get from you?",
-     "your targets follow only the first earlier copy of each token. Every earlier copy j gives the query a "
-     "target at j + 1."),
+    *[(f"{which}-only", {"copies": which},
+       "a token that appears three times: how many targets does its last occurrence get from you?",
+       f"your targets follow only the {which} earlier copy{page}; every earlier copy j gives a target at j + 1.")
+      for which, page in (("latest", ", as the page's induction_targets does"), ("first", ""))],
     ("on-the-copy", {"shift": 0},
      "which position does an induction head read: the earlier copy, or a neighbour of it?",
-     "you marked the earlier copies themselves. An induction head reads the token that followed each copy, "
-     "one position to its right."),
+     "you marked the earlier copies themselves; an induction head reads the token that followed each copy."),
     ("before-the-copy", {"shift": -1},
      "an induction head predicts what comes next. Which neighbour of the earlier copy holds that token?",
      "you marked the position before each earlier copy; the target is the position after it."),
-    ("query-counted", {"self_copy": True},
-     "is a query its own earlier copy? Look at the first token of a row: it has no earlier copy at all.",
-     "your earlier copies include the query's own position, so every query gets a target one step into its "
-     "future. Count only the positions j strictly before i."),
-    ("query-counted", {"self_copy": True, "copies": "latest"},
-     "is a query its own earlier copy? Look at the first token of a row: it has no earlier copy at all.",
-     "your latest earlier copy is the query itself, so each query gets a target one step into its future. "
-     "Count only the positions j strictly before i, and every one of them."),
+    *[("query-counted", {"self_copy": True, **latest},
+       "is a query its own earlier copy? Look at the first token of a row: it has no earlier copy at all.",
+       f"your {which} the query's own position, so every query gets a target in its future.")
+      for latest, which in (({}, "earlier copies include"), ({"copies": "latest"}, "latest earlier copy is"))],
     ("later-copies", {"later": True},
      "may a causal head read a key after its query? Where do your targets lie, left or right of the diagonal?",
-     "your copies are the ones after the query, j > i: its future. The earlier copies are the positions j < i."),
+     "your copies are the ones after the query, j > i: its future."),
     ("transposed", {"transpose": True},
      "rows are queries, columns keys: do your True entries lie in the rows of the repeated tokens?",
      "your table is transposed: the target of query i belongs in row i, at column j + 1."),
     ("own-key-dropped", {"own_key": False},
      "a token repeated right after itself, as in [5 5]: which key follows the first 5?",
-     "you left out a target at the query's own position. When the token just before the query is its earlier "
-     "copy, the token after that copy is the query itself, and that key counts too."),
+     "you left out a target at the query's own position: when the token just before the query is its earlier "
+     "copy, the key after that copy is the query itself."),
 ])
 
 
-def _targets_reference(ids):
-    return _planted_targets(ids)
+_targets_reference = _planted_targets
 
 
 @checker(mistakes=_TARGETS_MISTAKES)
 def check_all_induction_targets(fn) -> Verdict:
-    """Check ``fn(ids) -> targets``: ids (…, T) int64 → bool (…, T, T), True at (i, j + 1) for every j < i with
-    ids[j] equal to ids[i]."""
     return judge(fn, _targets_cases(), _targets_reference, _TARGETS_MISTAKES, atol=0.0,
                  success="every earlier copy of the query's token gives a target at the position after it (one row, "
                          "a batch, and two leading axes).")
