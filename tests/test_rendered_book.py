@@ -401,11 +401,13 @@ def test_screenshot_dark_theme_plots_are_legible(site, browser, build, shots_dir
         _cannot_take("no chapter page has an image inside a 'cell_output': cannot take plot-dark-theme.png")
     outside: list[str] = []
     context, page = new_page(browser, site, outside, width=1100, height=700)
+    # the reader's choice of the dark theme, as the theme switch stores it, in place before the page loads
+    context.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
     try:
         page.goto(site + f"{doc}.html", wait_until="load")
         wait_for_math(page)
         wait_for_images(page)
-        page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+        assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"
         page.evaluate("""() => {
             const img = document.querySelector('.cell_output img');
             window.scrollTo(0, img.getBoundingClientRect().top + window.scrollY - 180);

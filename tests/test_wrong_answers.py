@@ -13,7 +13,7 @@ import pytest
 
 import attnlib.checks as checks
 import wrong_answers
-from wrong_answers import GENERIC
+from wrong_answers import GENERIC, Args
 
 WRONG = [w for info in pkgutil.iter_modules(wrong_answers.__path__)
          for w in importlib.import_module(f"wrong_answers.{info.name}").WRONG]
@@ -22,7 +22,8 @@ MODULES = sorted(info.name for info in pkgutil.iter_modules(wrong_answers.__path
 
 @functools.cache
 def _verdicts() -> list:
-    return [getattr(checks, w.check)(w.answer) for w in WRONG]
+    return [getattr(checks, w.check)(*w.answer) if isinstance(w.answer, Args) else getattr(checks, w.check)(w.answer)
+            for w in WRONG]
 
 
 def _describe(w, v) -> str:

@@ -89,10 +89,10 @@ WORDS = {
 # Words only the page's markup shows (the script never needs them, so they stay out of its data).
 PAGE_WORDS = {
     "summary": "The weights as a table",
-    "fallback": "Interactive attention figure ({sizes}T = {T} tokens): a heatmap of the attention weights, queries "
-                "in rows and keys in columns, that changes as you pick a head or flip a switch. It needs scripts: "
-                "run this cell or trust the notebook to explore it. The table below holds every weight shown "
-                "first.",
+    "fallback": "Interactive attention figure ({sizes}T = {T} tokens){title}: a heatmap of the attention weights, "
+                "queries in rows and keys in columns, that changes as you pick a head or flip a switch. It needs "
+                "scripts: run this cell or trust the notebook to explore it. The table below holds every weight "
+                "shown first.",
     "hover": "Rows: queries i; columns: keys j. Hover a cell to read its weight, or a query token (the list beside "
              "the heatmap) to draw the keys it reads. From the keyboard: Tab to the heatmap, move with the arrow "
              "keys (Home/End: the row's ends), Enter picks the row's query.",
@@ -322,7 +322,7 @@ class AttentionExplorer(_Figure):
         """The whole figure: fallback sentence, style, readout, help, weights table, data and code; no id, no URL."""
         d = self._data
         sizes = f"{d['L']} blocks × {d['h']} heads, " if d["L"] > 1 else (f"{d['h']} heads, " if d["h"] > 1 else "")
-        fallback = PAGE_WORDS["fallback"].format(sizes=sizes, T=d["T"])
+        fallback = PAGE_WORDS["fallback"].format(sizes=sizes, T=d["T"], title=f", {d['title']}" if d["title"] else "")
         return (
             '<div class="attnlib-explore">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'

@@ -266,8 +266,10 @@ class LiveModel(_Figure):
     @property
     def html(self) -> str:
         """The whole figure: fallback sentence, style, help, table, data and code; no id, no URL."""
-        fallback = ("Live character model (its weights are in this page): run this cell or trust the notebook "
-                    "to type your own text.")
+        title = f", {self._data['title']}" if self._data["title"] else ""
+        fallback = (f"Live character model (its weights are in this page){title}: it predicts the next character "
+                    "of the text you type and shows the weights each head gives. It needs scripts: run this cell or "
+                    "trust the notebook to type your own text.")
         return (
             '<div class="attnlib-explore attnlib-live">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'

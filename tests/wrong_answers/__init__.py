@@ -25,6 +25,10 @@ class Wrong:
     another label outside GENERIC misleads; one in GENERIC but not here is generic."""
 
 
+class Args(tuple):
+    """An answer of several arguments, for a checker that takes more than one (passed as ``check(*answer)``)."""
+
+
 def wrong(exercise: str, check: str, made: str, *names: str):
     """Decorator: ``@wrong("ex-…", "check_…", "what was done", "label", …)`` over a learner's function makes it a
     :class:`Wrong` (a module collects them with :func:`collect`)."""

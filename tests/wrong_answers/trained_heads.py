@@ -1,8 +1,8 @@
 """Wrong answers to the exercise of the page on trained heads, written from the exercise text.
 
-ex-heads-uniform-score: r = 7 distinct tokens repeated (T = 14), every row i of the table spreads 1 / (i + 1) over
-its keys; the induction score averages, over the queries of the repeated half, the weight on the token after the
-earlier copy.
+ex-heads-uniform-score: r distinct tokens repeated (T = 2r), every row i of the table spreads 1 / (i + 1) over its
+keys; the induction score averages, over the queries of the repeated half, the weight on the token after the earlier
+copy; the answer is the limit of r × score as r grows (ln 2).
 
 ex-heads-all-targets: ids (…, T) → bool (…, T, T), True at (i, j + 1) for every j < i with the token of position i,
 every earlier copy and not only the latest."""
@@ -13,37 +13,22 @@ import torch
 
 from wrong_answers import Wrong, collect, wrong
 
-R, T = 7, 14
-QUERIES = range(R, T)                                     # 0-based rows of the repeated half
 
-off_by_one = Wrong("ex-heads-uniform-score", "check_uniform_induction_score",
-                   sum(1 / i for i in QUERIES) / R,
-                   "row i spread as 1 / i instead of 1 / (i + 1) (positions counted from 1 but rows from 0)",
-                   frozenset({"strict"}))
-summed = Wrong("ex-heads-uniform-score", "check_uniform_induction_score",
-               sum(1 / (i + 1) for i in QUERIES),
-               "added the seven weights but did not divide by the number of queries",
-                    frozenset({"summed"}))
-over_all_rows = Wrong("ex-heads-uniform-score", "check_uniform_induction_score",
-                      sum(1 / (i + 1) for i in QUERIES) / T,
-                      "divided by all 14 rows, not by the 7 queries that have an earlier copy",
+def r_times_score(r: int, spread=lambda i: 1 / (i + 1), over=None) -> float:
+    """r × the uniform table's induction score on r tokens twice, rows spreading ``spread(i)``, divided by ``over``."""
+    return r * sum(spread(i) for i in range(r, 2 * r)) / (over or r)
+
+
+U = "ex-heads-uniform-score", "check_uniform_induction_score"
+at_seven = Wrong(*U, r_times_score(7), "computed r × score at r = 7 and took it for the limit", frozenset({"finite-r"}))
+page_r16 = Wrong(*U, 16 * 0.04, "multiplied the page's printed r = 16 baseline by 16", frozenset({"page-demo"}))
+over_all_rows = Wrong(*U, r_times_score(1000, over=2000), "divided by all 2r rows, not by the r queries with a copy",
                       frozenset({"all-queries"}))
-every_row_mean = Wrong("ex-heads-uniform-score", "check_uniform_induction_score",
-                       sum(1 / (i + 1) for i in range(T)) / T,
-                       "averaged the uniform weight 1 / (i + 1) over every row, first half included",
-                    frozenset({"every-row"}))
-no_mask = Wrong("ex-heads-uniform-score", "check_uniform_induction_score", 1 / T,
-                "forgot the causal mask: every row spread over all 14 keys", frozenset({"no-mask"}))
-one_over_r = Wrong("ex-heads-uniform-score", "check_uniform_induction_score", 1 / R,
-                   "took 1 / r, one of the 7 tokens of the block", frozenset({"one-block"}))
-previous_token = Wrong("ex-heads-uniform-score", "check_uniform_induction_score",
-                       sum(1 / (i + 1) for i in range(1, T)) / (T - 1),
-                       "computed the uniform table's previous-token score instead",
-                    frozenset({"previous-token"}))
-copied_demo = Wrong("ex-heads-uniform-score", "check_uniform_induction_score", 0.16,
-                    "copied the uniform row of the hand-made tables (T = 8)", frozenset({"page-demo"}))
-copied_table = Wrong("ex-heads-uniform-score", "check_uniform_induction_score", 0.04,
-                     "copied the uniform baseline of the seed-0 table (T = 32)", frozenset({"page-r16"}))
+no_mask = Wrong(*U, r_times_score(1000, spread=lambda i: 1 / 2000),
+                "forgot the causal mask: every row spread over all 2r keys", frozenset({"no-mask"}))
+one_over_r = Wrong(*U, 1.0, "took each row's weight as 1 / r, one of the r tokens of the block",
+                   frozenset({"one-block"}))
+score_limit = Wrong(*U, 0, "gave the limit of the score itself", frozenset({"score-itself"}))
 
 ALL = ("ex-heads-all-targets", "check_all_induction_targets")
 

@@ -1,12 +1,14 @@
 """Exercise checkers for the page on trained heads.
 
-``check_uniform_induction_score(value)``: a predicted induction score of a uniform causal table on ``R`` distinct
-tokens followed by the same ``R`` tokens again.
+``check_uniform_induction_score(value)``: the predicted limit, as r grows, of r × the induction score of a uniform
+causal table on r distinct tokens followed by the same r tokens again (ln 2).
 ``check_all_induction_targets(fn)``: ``fn(ids)``, ids (…, T) → bool (…, T, T), True at (i, j + 1) for every
 earlier position j < i holding the token of position i (every earlier copy, not only the latest).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -17,50 +19,33 @@ from ._core import Guess, Verdict, checker, judge, judge_number, variants
 
 __all__ = ["check_uniform_induction_score", "check_all_induction_targets"]
 
-R = 7   # the block length of the question: T = 2R = 14
-
-
 def _measured(r: int) -> float:
     """The induction score of a uniform causal table on r distinct tokens, twice."""
     readable = causal_mask(2 * r, dtype=torch.bool)
     return induction_score(readable.double() / readable.sum(-1, keepdim=True), torch.arange(r).repeat(2)).item()
 
 
-def _guesses(r: int) -> list[Guess]:
-    T = 2 * r
-    second_half = [1 / (i + 1) for i in range(r, T)]             # the target's weight, for each counted query
-    return [
-        Guess("all-queries", "too low: which queries does the induction score average over?", sum(second_half) / T,
-              "the first r tokens have no earlier copy, so the score averages over the r queries of the second half."),
-        Guess("no-mask", "too low: each row spreads its weight over too many keys. How many may query i read?", 1 / T,
-              "a causal row i spreads its weight over keys 0 … i, so its weight on one key shrinks as i grows."),
-        Guess("one-block", "too high: each row spreads its weight over too few keys. Which keys may row i read?",
-              1 / r, "row i of the uniform table reads i + 1 keys, not r."),
-        Guess("strict", "a little too high: each row spreads its weight over one key too few. Which keys does a "
-              "causal row read?", sum(1 / i for i in range(r, T)) / r, "the causal mask lets query i read key i "
-              "itself, so row i spreads over i + 1 keys."),
-        Guess("summed", "too high: does a score add up the counted queries' weights, or average them?",
-              sum(second_half), "the induction score is a mean over the r queries that have an earlier copy."),
-        Guess("every-row", "too high: which entry of a row does the score read, and in which rows?",
-              sum(1 / (i + 1) for i in range(T)) / T,
-              "the score reads the key after the earlier copy, and only in the r rows of the second half."),
-        Guess("previous-token", "too high: that is the previous-token score, the weight on key i − 1. Which key does "
-              "the induction score read?", sum(1 / (i + 1) for i in range(1, T)) / (T - 1),
-              "the induction score reads the key right after the earlier copy, and only in the second half."),
-        Guess("page-r16", "too low: that is the baseline printed for r = 16 (T = 32). Does a uniform row's weight "
-              "on one key depend on T?", _measured(16),
-              "with shorter sequences each row reads fewer keys, so each key gets more weight."),
-        Guess("page-demo", "too high: that is the page's uniform table for a block of 4 (T = 8). How does the block "
-              "length enter?", _measured(4), "a later query reads more keys, so it puts less on its target."),
-    ]
+_GUESSES = [   # typical wrong values of c = lim r × score
+    Guess("all-queries", "too low by half: which queries does the induction score average over?", math.log(2) / 2,
+          "the first r tokens have no earlier copy, so the score averages over the r queries of the second half."),
+    Guess("no-mask", "too low: each row spreads its weight over too many keys. How many may query i read?", 0.5,
+          "a causal row i spreads its weight over keys 0 … i, so its weight on one key shrinks as i grows."),
+    Guess("one-block", "too high: each row spreads its weight over too few keys. Which keys may row i read?", 1.0,
+          "row i of the uniform table reads i + 1 keys, not r."),
+    Guess("score-itself", "too low: the score tends to 0, but the question asks for r × score.", 0.0,
+          "the score tends to 0; multiplied by r it tends to a number between 1/2 and 1."),
+    *[Guess(label, "a little too low: that is r × score at one r, such as the page's. Does it still change as r "
+            "grows?", r * _measured(r), "r × score is a sum of 1/k over k = r + 1 … 2r; compare it with an integral.")
+      for label, r in (("page-demo", 4), ("finite-r", 7), ("page-r16", 16))],
+]
 
 
-@checker(kind="predict", mistakes=_guesses(R))
+@checker(kind="predict", mistakes=_GUESSES)
 def check_uniform_induction_score(value) -> Verdict:
-    return judge_number(value, _measured(R), _guesses(R), rtol=0.07,
-                        success="the r queries of the second half each put 1 / (i + 1) on their target.",
-                        again="write down, for one query of the second half, how many keys it reads and which "
-                              "one is its target; then average over the queries the score counts.")
+    return judge_number(value, math.log(2), _GUESSES, rtol=0.01,
+                        success="r × score = 1/(r + 1) + … + 1/(2r), which tends to ∫ dk/k from r to 2r = ln 2.",
+                        again="write the score for one r as a sum over the queries of the second half, multiply by "
+                              "r, and let r grow.")
 
 
 # --- induction targets for text, where a token may have several earlier copies -----------------------------------
