@@ -12,12 +12,10 @@ UV    := uv==0.13.9
 help:  ## list the targets and what each does
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
 
-# --no-compile: pip would byte-compile every installed module (torch's thousands among them), about 40 s of a fresh
-# set-up on 2 cores; Python compiles the few hundred the course imports on first use instead.
 $(STAMP): requirements.txt $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --no-compile -r requirements.txt -c $(LOCK)
-	$(BIN)/python -m pip install -q --no-compile --no-deps -e .
+	$(BIN)/python -m pip install -q -r requirements.txt -c $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 setup: $(STAMP)  ## virtual environment, requirements.txt at the locked versions, the library installed editable
