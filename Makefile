@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK  := constraints.txt
 UV    := uv==0.13.9
 
-.PHONY: help setup book test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack train-norms bench lint figures screenshots clean
+.PHONY: help setup book book-zh translations test test-fast lab notebooks learner colab-cell lock test-latest train-heads train-stack train-norms bench lint figures screenshots clean
 
 help:  ## list the targets and what each does
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -23,6 +23,17 @@ setup: $(STAMP)  ## virtual environment, requirements.txt at the locked versions
 book: setup  ## render the book to HTML
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
+
+# The Chinese book: its sources are the English pages with the translated prose of locale/zh_CN swapped in.
+book-zh: setup  ## render the Chinese book to _build/zh/html (as strictly as `make book`)
+	$(BIN)/python tools/translations.py sources _build/zh/src
+	$(BIN)/jupyter-book build _build/zh/src -W -n --keep-going
+	rm -rf _build/zh/html && mv _build/zh/src/_build/html _build/zh/html
+	@echo "The Chinese book is at file://$(CURDIR)/_build/zh/html/index.html"
+
+translations: setup  ## after an English change: update locale/zh_CN (changed messages marked fuzzy) and learner/zh/
+	$(BIN)/python tools/translations.py update
+	$(BIN)/python tools/translations.py learner
 
 # The suite runs on a second kernel path (tests/conftest.py), so outputs that one processor prints fail here too.
 # -n auto: one worker per core; --dist loadfile keeps each notebook's cells on one worker (nbval needs that).
@@ -45,10 +56,14 @@ notebooks: setup  ## re-execute every notebook of book/ from a fresh kernel (out
 	for nb in book/*.ipynb; do \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False "$$nb" \
 	  || exit 1; done
+	@# a print that reached the kernel in pieces is stored as one output (no stray blank lines on the page)
+	$(BIN)/jupyter nbconvert --to notebook --inplace --log-level=WARN --CoalesceStreamsPreprocessor.enabled=True book/*.ipynb
 	$(BIN)/python tools/editions.py
+	$(BIN)/python tools/translations.py learner
 
-learner: setup  ## regenerate the learner edition (learner/) from the book's notebooks
+learner: setup  ## regenerate the learner edition (learner/ and learner/zh/) from the book's notebooks
 	$(BIN)/python tools/editions.py
+	$(BIN)/python tools/translations.py learner
 
 colab-cell: setup  ## write the one Colab set-up cell template into every notebook of book/
 	$(BIN)/python tools/colab_cell.py

@@ -49,8 +49,9 @@ def pytest_configure(config):
 # Units are handed out in collection order, the book's build first (while it runs, the other workers run the
 # learner notebooks), then the slow units, then the small ones, which fill the gaps at the end.
 SPREAD = ("test_learner_notebook_runs_and_every_checker_says_not_yet",)
-BY_PAGE = ("test_rendered_book.py", "test_figures_in_browser.py")
-ORDER = ("test_rendered_book.py", "test_learner_edition.py", "test_colab_path.py", "test_figures_in_browser.py")
+BY_PAGE = ("test_rendered_book.py", "test_figures_in_browser.py", "test_book_zh.py")
+ORDER = ("test_rendered_book.py", "test_book_zh.py", "test_learner_edition.py", "test_colab_path.py",
+         "test_figures_in_browser.py")
 
 
 def _per_page(nodeid: str) -> bool:

@@ -48,6 +48,18 @@ def test_packed_positions_solution_and_rewrites_are_accepted():
         assert_accepted(check_packed_positions(answer))
 
 
+def test_packed_positions_counted_across_the_rows_of_a_batch_is_rejected():
+    """One running count over the flattened batch is right until a row ends with the id the next row starts with."""
+    def flattened(doc_ids):
+        flat = doc_ids.reshape(-1)
+        out = torch.zeros_like(flat)
+        for t in range(1, flat.numel()):
+            out[t] = out[t - 1] + 1 if flat[t] == flat[t - 1] else 0
+        return out.reshape(doc_ids.shape).masked_fill(doc_ids < 0, 0)
+
+    assert_named(check_packed_positions(flattened), "across-rows")
+
+
 def test_packed_positions_stub_and_junk():
     assert_named(check_packed_positions(stub), "stub")
     assert_named(check_packed_positions(lambda d: d[:, :1]), "shape")
@@ -88,7 +100,8 @@ def test_nonzero_weights_prediction():
     assert check_nonzero_weights(float(right)).ok
     wrong = {"causal-only": B * T * (T + 1) // 2, "no-mask": B * T * T, "no-causal": T * sum(n),
              "real-square": sum(k * k for k in n), "pad-rows": right + sum(T - k for k in n),
-             "pads-after": right + sum((T - k) * k for k in n), "no-self": sum(k * (k - 1) // 2 for k in n)}
+             "pads-after": right + sum((T - k) * k for k in n), "no-self": sum(k * (k - 1) // 2 for k in n),
+             "half-of-all": round(B * T * T / 2)}   # "the causal mask keeps half", rounded to even: 74
     for label, value in wrong.items():
         v = check_nonzero_weights(value)
         assert_named(v, label)
@@ -316,7 +329,16 @@ def sink_from_text(T_q, T_k, window, n_sink, *, join="or", causal_sinks=True, of
     return recent | sinks if join == "or" else recent & sinks
 
 
+def sink_causal_plus_columns(T_q, T_k, window, n_sink):   # the window forgotten: the causal mask, sink columns set
+    m = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)
+    m[:, :n_sink] = True
+    return m
+
+
 SINK_FROM_TEXT = [
+    (sink_causal_plus_columns, "no-window"),
+    (lambda T_q, T_k, w, n: (torch.arange(T_k) <= torch.arange(T_q)[:, None] + T_k - T_q) | (torch.arange(T_k) < n),
+     "no-window"),
     (lambda *a: sink_from_text(*a, causal_sinks=False), "sinks-read-future"),
     (lambda *a: sink_from_text(*a, join="and"), "sinks-and-window"),
     (lambda *a: sink_from_text(*a, offset=False), "queries-from-zero"),

@@ -205,6 +205,21 @@ def test_the_whole_hidden_layer_is_named_with_its_width():
     assert_named(check_mlp_in_chunks(chunks_whole), "full-hidden", "40", "16")
 
 
+def chunks_over_the_input_axis(X, W_1, b_1, W_2, b_2, chunk):
+    """Cuts X's own axis (d_model) into chunks and takes GELU of each partial sum: wrong values, full-width hidden."""
+    out = 0
+    for a in range(0, X.shape[-1], chunk):
+        out = out + gelu(X[..., a:a + chunk] @ W_1[a:a + chunk] + b_1) @ W_2
+    return out + b_2
+
+
+@pytest.mark.parametrize("fn", [chunks_over_the_input_axis, lambda *a: chunks_whole(*a) + 1])
+def test_a_wide_tensor_is_not_blamed_alone_when_the_values_are_wrong_too(fn):
+    """"The values are right, but …" is said only where they are."""
+    verdict = check_mlp_in_chunks(fn)
+    assert not verdict.ok and verdict.mistake != "full-hidden", verdict
+
+
 def test_mlp_in_chunks_covers_d_ff_not_a_multiple_of_chunk_and_not_four_d_model():
     widths = [(W_1.shape[0], W_1.shape[1], chunk) for _, W_1, _, _, _, chunk in ch7._mlp_cases()]
     assert any(d_ff % chunk for _, d_ff, chunk in widths) and any(d_ff % chunk == 0 for _, d_ff, chunk in widths)
@@ -392,6 +407,12 @@ def test_parallel_block_solutions_are_accepted(fn):
     (parallel_residual_per_branch, "residual-twice"), (parallel_residual_from_copy, "normed-residual"),
     (parallel_ln_2, "ln_2"), (parallel_in_place, "in-place"),
     (stub, "stub"),
+    # the classes written in other spellings than the table's
+    (lambda X, b: torch.add(X, b.mlp(X.clone())).add(b.attn(b.ln_1(X))), "mlp-reads-X"),
+    (lambda X, b: (lambda A: torch.stack([A, b.mlp(A)]).sum(0) + X)(b.attn(b.ln_1(X))), "mlp-reads-attention"),
+    (lambda X, b: (lambda N: b.mlp(N) + b.attn.forward(N, causal=False) + X)(b.ln_1(X)), "not-causal"),
+    (lambda X, b: X + torch.stack([b.attn(b.ln_1(X)), b.mlp(b.ln_1(X))]).mean(0), "averaged"),
+    (lambda X, b: (lambda N: X + 0.5 * b.attn(N) + 0.5 * b.mlp(N))(b.ln_1(X)), "averaged"),
 ])
 def test_parallel_block_mistakes_are_named(fn, label):
     named_by(check_parallel_block, fn, label)
@@ -703,3 +724,67 @@ def test_one_layernorm_for_both_sublayers_is_named():
                 stream + sublayer(block.ln_1(stream))
         return stream if block.norm == "pre" else _loop(X, block, slip=None)
     assert_named(check_run_block(one_norm), "ln_1-for-mlp")
+
+
+# ---- layouts written wrongly: the verdict names the lines the output matches -------------------------------------
+
+def run_post_normed_outputs(X, block):
+    """Post-Norm "fixed" too: the LayerNorm moved onto each sublayer's output."""
+    if block.norm == "pre":
+        return run_written_out(X, block)
+    H = X + block.ln_1(block.attn(X))
+    return H + block.ln_2(block.mlp(H))
+
+
+def run_pre_normed_twice(X, block):
+    """Pre-Norm with the LayerNorm also applied after each sum."""
+    if block.norm == "post":
+        return run_written_out(X, block)
+    H = block.ln_1(X + block.attn(block.ln_1(X)))
+    return block.ln_2(H + block.mlp(block.ln_2(H)))
+
+
+def run_mlp_added_to_X(X, block):
+    """The MLP reads the stream H, but its output is added to the block's input X: attention's output is lost."""
+    if block.norm == "post":
+        return run_fixed(X, block)
+    H = X + block.attn(block.ln_1(X))
+    return block.mlp(block.ln_2(H)) + X
+
+
+@pytest.mark.parametrize("fn, says", [
+    (run_post_normed_outputs, "your Post-Norm blocks come out as if both lines had the LayerNorm on the sublayer's "
+                              "output"),
+    (run_pre_normed_twice, "your Pre-Norm blocks come out as if both lines had a LayerNorm before the sublayer and "
+                           "one after the sum"),
+    (run_mlp_added_to_X, "your Pre-Norm blocks come out as if the MLP's line had the output added to the block's "
+                         "input X"),
+    (lambda X, block: run_pre_normed_twice(X, block) if block.norm == "pre" else run_post_normed_outputs(X, block),
+     "your Pre-Norm blocks come out as if both lines had a LayerNorm before the sublayer and one after the sum; "
+     "your Post-Norm blocks"),
+])
+def test_a_layout_written_wrongly_is_named_by_the_lines_it_matches(fn, says):
+    v = check_run_block(fn)
+    assert_named(v, "layout")
+    assert v.message.startswith(says), v
+    assert v.hint(2).message.startswith(says) and "Pre-Norm normalises" in v.hint(2).message
+    assert "smallest test case" in v.hint(3).message
+
+
+def test_a_layout_matching_no_pair_of_lines_is_not_named():
+    """Half of the MLP's output: no line of either layout gives it, so the verdict stays 'values'."""
+    def half_mlp(X, block):
+        if block.norm == "post":
+            return run_fixed(X, block)
+        H = X + block.attn(block.ln_1(X))
+        return H + 0.5 * block.mlp(block.ln_2(H))
+    assert check_run_block(half_mlp).mistake == "values"
+
+
+def test_beta_added_before_the_scale_is_named():
+    def shift_then_scale(X, gamma, beta):
+        centred = X - X.mean(-1, keepdim=True)
+        return gamma * (F.rms_norm(centred, (X.shape[-1],), eps=1e-5) + beta)
+    assert_named(check_layer_norm_from_rms(shift_then_scale), "beta-first")
+    assert_named(check_layer_norm_from_rms(lambda X, g, b: F.rms_norm(X - X.mean(-1, keepdim=True), X.shape[-1:],
+                                                                      eps=1e-5).add(b).mul(g)), "beta-first")

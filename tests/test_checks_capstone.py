@@ -429,14 +429,19 @@ def test_no_hint_of_the_gpt2_checkers_quotes_code():
 # --- spies on GPT-2: the learner's forward hooks ------------------------------------------------------------------
 
 def caught(module_of, pick, remove=True, **call):
-    """A spy as a learner writes it: a forward hook on ``module_of(model, l)``, ``pick(args, out)`` kept."""
+    """A spy as a learner writes it: a forward hook on ``module_of(model, l)``, ``pick(args, out)`` kept; the hook
+    removed in a ``finally`` (``remove="after"``: only after a pass that did not fail; False: never)."""
     def spy(model, ids, l):
         seen = {}
         hook = module_of(model, l).register_forward_hook(lambda mod, args, out: seen.update(x=pick(args, out)))
-        with torch.no_grad():
-            model(ids, **call)
-        if remove:
-            hook.remove()
+        try:
+            with torch.no_grad():
+                model(ids, **call)
+            if remove == "after":
+                hook.remove()
+        finally:
+            if remove is True:
+                hook.remove()
         return seen["x"]
     return spy
 
@@ -461,10 +466,14 @@ def qkv_spy(transform=lambda y, model: split(y, model), index=lambda l: l - 1, r
         seen = {}
         hook = model.transformer.h[index(l)].attn.c_attn.register_forward_hook(
             lambda mod, args, out: seen.update(y=out))
-        with torch.no_grad():
-            model(ids)
-        if remove:
-            hook.remove()
+        try:
+            with torch.no_grad():
+                model(ids)
+            if remove == "after":
+                hook.remove()
+        finally:
+            if remove is True:
+                hook.remove()
         return transform(seen["y"], model)
     return spy
 
@@ -522,6 +531,11 @@ def test_qkv_per_head_accepts_correct_spies(fn):
     assert_accepted(check_qkv_per_head(fn))
 
 
+def test_a_hook_left_by_one_attempt_is_not_blamed_on_the_next():
+    assert_named(check_block_weights(caught(attn, lambda args, out: out[1], remove=False)), "hook-left")
+    assert_accepted(check_block_weights(CORRECT_WEIGHTS[0]))
+
+
 def test_the_spies_reject_the_stub_and_name_each_planted_mistake():
     assert_named(check_block_weights(stub), "stub")
     assert_named(check_qkv_per_head(stub), "stub")
@@ -534,6 +548,7 @@ WRONG_WEIGHTS = [
     (caught(lambda model, l: model.transformer.h[l].attn, lambda args, out: out[1]), "next-block"),
     (caught(attn, lambda args, out: out[0]), "attention-output"),
     (caught(attn, lambda args, out: out[1], remove=False), "hook-left"),
+    (caught(attn, lambda args, out: out[1], remove="after"), "hook-left"),   # no finally: left when a pass fails
     (caught(lambda model, l: model.transformer.h[l - 1], lambda args, out: out[1]), "block-output"),
     (weights_of_softmax_input, "before-softmax"),
     (lambda model, ids, l: weights_by_hand(model, ids, l, mask=False), "no-mask"),
@@ -546,6 +561,7 @@ WRONG_QKV = [
     (qkv_spy(index=lambda l: l), "next-block"),
     (qkv_spy(lambda y, model: split(y, model, heads=False)), "heads-not-split"),
     (qkv_spy(remove=False), "hook-left"),
+    (qkv_spy(remove="after"), "hook-left"),
     (qkv_spy(lambda y, model: tuple(t.transpose(1, 2) for t in
                                     y.unflatten(-1, (model.config.n_head, 3, -1)).unbind(3))), "split-by-heads-first"),
     (lambda model, ids, l: qkv_by_hand(model, ids, l, bias=False), "no-bias"),

@@ -129,6 +129,10 @@ def with_(**change):
     (with_(assume_4d=True), "d_ff-assumed"),
     (with_(madd=True), "multiply-adds"),
     (with_(one_row=True), "one-new-token"),
+    # K and V projected again over the cached rows, in two spellings
+    (lambda t, n, d, h, L, ff, V: chunk_flops(t, n, d, h, L, ff, V) + 4 * L * t * d * d, "kv-recomputed"),
+    (lambda t, n, d, h, L, ff, V: L * (2 * (t + n) * d * 2 * d + 4 * n * d * d + 4 * n * (t + n) * d + 4 * n * d * ff)
+     + 2 * n * d * V, "kv-recomputed"),
 ])
 def test_chunk_flops_mistakes(fn, label):
     assert_named(check_chunk_flops(fn), label)

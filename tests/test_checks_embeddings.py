@@ -142,7 +142,8 @@ def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
         (M._grad_cases()[1], M._lookup_grad, [m for m in M._GRAD_MISTAKES if m.label != "rows-from-ids"]),
         (M._grad_cases()[0], M._lookup_grad, [m for m in M._GRAD_MISTAKES if m.label != "per-sentence"]),
         (M._SHIFT_CASES[1], M._shift, M._SHIFT_MISTAKES),
-        (M._rotate_cases()[1], M._rotate_halves, M._ROTATE_MISTAKES),
+        (M._rotate_cases()[1], M._rotate_halves, [m for m in M._ROTATE_MISTAKES if m.label != "low-precision-angles"]),
+        (M._rotate_cases()[3], M._rotate_halves, [m for m in M._ROTATE_MISTAKES if m.label == "low-precision-angles"]),
         (positions[2], M._positions_reference,
          [m for m in M._POSITIONS_MISTAKES if m.label not in ("first-axis", "float", "second-axis", "own-table")]),
         (positions[3], M._positions_reference, [m for m in M._POSITIONS_MISTAKES if m.label == "own-table"]),
@@ -330,6 +331,30 @@ def test_rotating_the_right_pairs_by_other_angles_is_named(angles):
     assert_named(check_rotate_halves(lambda x, theta: halves(x, angles(theta))), "other-angles")
 
 
+def angles_in_x_dtype(x, theta):
+    """The angles rounded to x's dtype before cos and sin: exact near position 0, wrong in the thousands."""
+    t = theta.type_as(x)
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((a * torch.cos(t) - b * torch.sin(t), b * torch.cos(t) + a * torch.sin(t)), dim=-1)
+
+
+def angles_to_x(x, theta):
+    h = x.shape[-1] // 2
+    c, s = torch.cos(theta.to(x)), torch.sin(theta.to(x))
+    return torch.cat([x[..., :h] * c - x[..., h:] * s, x[..., :h] * s + x[..., h:] * c], -1)
+
+
+@pytest.mark.parametrize("answer", [angles_in_x_dtype, angles_to_x])
+def test_angles_rounded_to_x_dtype_before_cos_and_sin_are_named_at_far_positions(answer):
+    assert_named(check_rotate_halves(answer), "low-precision-angles", "thousands")
+    assert_named(check_rotate_halves(answer, hint=2), "low-precision-angles", "float16")
+
+
+def test_angles_always_rounded_to_float32_are_told_of_the_float32_round_trip():
+    # the float64 case comes before the far positions: a float32 round trip, which it is, in every dtype
+    assert_named(check_rotate_halves(lambda x, theta: angles_in_x_dtype(x, theta.float()).to(x.dtype)), "precision")
+
+
 def test_a_result_whose_pairs_change_length_is_not_blamed_on_the_angles():
     assert_named(check_rotate_halves(lambda x, theta: 1.5 * halves(x, theta)), "values")
 
@@ -340,7 +365,8 @@ def test_the_chapters_apply_rope_is_the_neighbours_mistake_on_ropes_angles():
 
 
 def test_the_rotate_cases_use_arbitrary_angles_float64_angles_and_a_batch_of_heads():
-    (x0, th0), (x1, th1), (x2, th2) = M._rotate_cases()
+    (x0, th0), (x1, th1), (x2, th2), (x3, th3), (x4, th4) = M._rotate_cases()
+    assert th3[:, 0].min() >= 3000 <= th4[:, 0].min() and x3.dtype == torch.float32 and x4.dtype == torch.float16
     assert th0.dtype == torch.float64 and x0.dtype == torch.float32
     assert not torch.allclose(th1.double(), rope_angles(x1.shape[-2], x1.shape[-1])) and x1.dim() == 4
     assert th1.abs().max() <= math.pi and x2.dtype == th2.dtype == torch.float64
@@ -375,6 +401,8 @@ def test_the_bug_passes_one_sentence_and_a_batch_of_one_and_fails_a_batch_of_thr
     (lambda ids, E, PE: E[ids] + PE[torch.arange(1, ids.shape[-1] + 1)], "from-one"),
     (lambda ids, E, PE: E[ids] + PE[ids], "by-id"),
     (lambda ids, E, PE: E[ids], "no-positions"),
+    (lambda ids, E, PE: E[ids] + PE[torch.arange(ids.shape[-1] - 1, -1, -1)], "reversed-positions"),
+    (lambda ids, E, PE: E[ids] + PE[: ids.shape[-1]].flipud(), "reversed-positions"),
 ])
 def test_the_usual_wrong_repairs_are_named(answer, label):
     assert_named(check_embed_with_positions(answer), label)

@@ -382,7 +382,25 @@ def sealed_fills_K_in_place(Q, K, V):
     return sealed_solution(Q, K, V)
 
 
+def sealed_prefix_one_short(Q, K, V):         # row i over K[:i], row 0 over key 0: the range end excluded
+    rows = []
+    for i in range(Q.shape[-2]):
+        k, v = K[..., :i or 1, :], V[..., :i or 1, :]
+        w = torch.softmax(torch.einsum("...d,...jd->...j", Q[..., i, :], k) / Q.shape[-1] ** 0.5, -1)
+        rows.append(torch.einsum("...j,...jd->...d", w, v))
+    return torch.stack(rows, -2)
+
+
+def sealed_below_diagonal(Q, K, V):            # tril(-1) and a lone key for row 0, then the values kept out
+    T = Q.shape[-2]
+    keep = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    keep[0, 0] = True
+    P = torch.softmax((Q @ K.mT / math.sqrt(Q.shape[-1])).masked_fill(~keep, float("-inf")), -1)
+    return (P[..., None] * V[..., None, :, :]).masked_fill(~keep[..., None], 0.0).sum(-2)
+
+
 SEALED_WRONG = [
+    (sealed_prefix_one_short, "own-key-left-out"), (sealed_below_diagonal, "own-key-left-out"),
     (sealed_sdpa, "as-on-the-page"), (sealed_library, "as-on-the-page"),
     (sealed_fill_then_product, "zero-times-nan"), (sealed_cleaned_like_the_page, None),
     (sealed_values_cleaned, "cleaned-values"), (sealed_output_nan_to_num, "nan-hidden"),
@@ -504,6 +522,9 @@ PACKED_FROM_TEXT = [
     (lambda d: (d[:, None] == d[None, :]) & lower(d.shape[-1]), None),                     # one row only
     (lambda d: torch.zeros(d.shape + d.shape[-1:]).masked_fill(~(_same_doc(d) & lower(d.shape[-1])), NEG_INF),
      "additive"),
+    # the float causal mask read as booleans: its −inf future becomes True, its 0 past False
+    (lambda d: _same_doc(d) & causal_mask(d.shape[-1]).to(torch.bool), "future-only"),
+    (lambda d: torch.logical_and(_same_doc(d), causal_mask(d.shape[-1], d.shape[-1]) != 0), "future-only"),
 ]
 
 

@@ -325,12 +325,13 @@ def test_each_planted_mistake_is_named_at_both_hint_levels(check, m):
 def test_every_planted_mistake_differs_from_the_answer_and_from_the_others():
     # the (3, d_k) view unbound on the wrong axis and pieces of 3 raise for d_k ≠ 3: compare the others on case 0;
     # the axis swapped with axis 0 is right without a batch axis: compare it on case 1, which has one;
-    # equal pieces and halves are right when d_v ≤ d_k: compare on case 0, where d_v > d_k
-    fused = [m for m in P._FUSED_MISTAKES if m.label not in ("unbind-last", "split-count", "batch-axis")]
+    # equal pieces and halves are right when d_v ≤ d_k: compare on case 0, where d_v > d_k; a cut along axis 1 is
+    # right without a batch axis (split raises with one: the others on case 1); a (d_k, 2) view raises on case 0
+    fused = [m for m in P._FUSED_MISTAKES if m.label not in ("unbind-last", "split-count", "batch-axis", "axis-1")]
     assert_mistakes_distinct(P._fused_cases()[0], P._planted_split, fused)
-    assert_mistakes_distinct(P._fused_cases()[1], P._planted_split,
-                             [m for m in P._FUSED_MISTAKES if m.label in ("unchanged", "batch-axis")])
-    cross = [m for m in P._CROSS_MISTAKES if m.label != "equal-pieces"]
+    assert_mistakes_distinct(P._fused_cases()[1], P._planted_split, [m for m in P._FUSED_MISTAKES if m.label in (
+        "unchanged", "batch-axis", "axis-1") and m.wrong.keywords.get("cut") != "axis-1"])
+    cross = [m for m in P._CROSS_MISTAKES if m.label != "equal-pieces" and m.wrong.keywords.get("cut") != "dealt-d_k"]
     assert_mistakes_distinct(P._cross_cases()[0], P._planted_cross, cross)
 
 
@@ -364,6 +365,31 @@ def fused_dealt_by_mT(X, W_QKV, d_k):
     return Q, K, V
 
 
+def fused_thirds_of_axis_1(X, W_QKV, d_k):      # axis 1: the columns of a (T, 3·d_k) table, not of a batch
+    Q, K, V = torch.chunk(X @ W_QKV, 3, dim=1)
+    return Q, K, V
+
+
+def fused_columns_of_one_table(X, W_QKV, d_k):
+    QKV = torch.matmul(X, W_QKV)
+    return QKV[:, :d_k], QKV[:, d_k:2 * d_k], QKV[:, 2 * d_k:]
+
+
+def fused_counted_from_1(X, W_QKV, d_k):        # blocks counted from column 1: V runs past the end, one short
+    QKV = X @ W_QKV
+    return tuple(QKV[..., i * d_k + 1:(i + 1) * d_k + 1] for i in range(3))
+
+
+def fused_ends_included(X, W_QKV, d_k):         # a block "from i·d_k to (i + 1)·d_k − 1", written as the slice
+    QKV = X @ W_QKV
+    return QKV[..., 0:d_k - 1], QKV[..., d_k:2 * d_k - 1], QKV[..., 2 * d_k:3 * d_k - 1]
+
+
+def fused_rows_of_one_table(X, W_QKV, d_k):     # the batch axes flattened into rows, never put back
+    QKV = X.reshape(-1, X.shape[-1]) @ W_QKV
+    return QKV[:, :d_k], QKV[:, d_k:2 * d_k], QKV[:, 2 * d_k:]
+
+
 FUSED_FROM_TEXT = [
     (fused_as_given, "unchanged"), (fused_dealt_by_transpose, "unchanged"), (fused_dealt_by_mT, "unchanged"),
     (lambda X, W, d_k: tuple((X @ W).split(3, dim=-1)), "split-count"),
@@ -374,7 +400,39 @@ FUSED_FROM_TEXT = [
     (lambda X, W, d_k: (lambda Q, K, V: (K, Q, V))(*(X @ W).split(d_k, -1)), "order"),
     (lambda X, W, d_k: (lambda Q, K, V: (Q, V, K))(*(X @ W).split(d_k, -1)), "kv-swapped"),
     (lambda X, W, d_k: tuple((X.float() @ W.float()).to(X.dtype).split(d_k, -1)), "precision"),
+    (fused_thirds_of_axis_1, "axis-1"), (fused_columns_of_one_table, "axis-1"),
+    (fused_counted_from_1, "off-by-one"), (fused_ends_included, "off-by-one"),
+    (fused_rows_of_one_table, "flattened"), (lambda X, W, d_k: (X @ W).flatten(0, -2).split(d_k, -1), "flattened"),
 ]
+
+def cross_dealt_by_index(X, X_kv, W_Q, W_KV, d_k):   # K the even columns, V every other one
+    KV = X_kv @ W_KV
+    even = torch.arange(d_k) * 2
+    return X @ W_Q, KV[..., even], KV[..., [c for c in range(KV.shape[-1]) if c not in even.tolist()]]
+
+
+def cross_dealt_by_mask(X, X_kv, W_Q, W_KV, d_k):
+    KV = X_kv @ W_KV
+    is_v = torch.ones(KV.shape[-1], dtype=torch.bool)
+    is_v[: 2 * d_k: 2] = False
+    return X @ W_Q, KV[..., 0::2][..., :d_k], KV[..., is_v]
+
+
+def cross_v_first(X, X_kv, W_Q, W_KV, d_k):     # the sizes of the cut in the order (d_v, d_k)
+    KV, d_v = X_kv @ W_KV, W_KV.shape[1] - d_k
+    return X @ W_Q, KV[..., :d_v], KV[..., d_v:]
+
+
+def cross_split_v_k(X, X_kv, W_Q, W_KV, d_k):
+    K, V = torch.split(X_kv @ W_KV, (W_KV.shape[-1] - d_k, d_k), dim=-1)
+    return X @ W_Q, K, V
+
+
+def cross_dealt_in_d_k_pairs(X, X_kv, W_Q, W_KV, d_k):   # the chapter's view, (d_k, 2): raises when d_v ≠ d_k
+    KV = X_kv @ W_KV
+    K, V = KV.reshape(*KV.shape[:-1], d_k, 2).unbind(dim=-1)
+    return X @ W_Q, K, V
+
 
 CROSS_FROM_TEXT = [
     (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(X @ W_KV).split([d_k, W_KV.shape[-1] - d_k], -1)), "kv-from-queries"),
@@ -387,8 +445,12 @@ CROSS_FROM_TEXT = [
     (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, *(Xkv @ W_KV).split(d_k, -1)), "equal-pieces"),
     (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, (Xkv @ W_KV)[..., :d_k], (Xkv @ W_KV)[..., :W_KV.shape[-1] - d_k]),
      "v-from-start"),
+    (cross_v_first, "sizes-swapped"), (cross_split_v_k, "sizes-swapped"),
+    (lambda X, Xkv, W_Q, W_KV, d_k: (X @ W_Q, (Xkv @ W_KV)[..., ::2], (Xkv @ W_KV)[..., 1::2]), "dealt"),
+    (cross_dealt_in_d_k_pairs, "dealt"),
     (lambda X, Xkv, W_Q, W_KV, d_k: ((X.float() @ W_Q.float()).to(X.dtype),
                                      *(Xkv @ W_KV).split([d_k, W_KV.shape[-1] - d_k], -1)), "precision"),
+    (cross_dealt_by_index, "dealt"), (cross_dealt_by_mask, "dealt"),
 ]
 
 
@@ -435,6 +497,7 @@ GUESSES = {
     "full-width-heads": H * 3 * (D_MODEL**2 + D_MODEL),
     "with-W_O": 4 * (D_MODEL**2 + D_MODEL),
     "one-matrix": D_MODEL**2 + D_MODEL,
+    "one-head-bias-width": 3 * D_MODEL * D_HEAD + 3 * D_MODEL,
 }
 
 
@@ -467,3 +530,11 @@ def test_qkv_params_are_counted_from_real_modules():
     assert P._qkv_params(16, 4) == 3 * (16 * 16 + 16)
 
 
+
+
+def test_column_runs_off_by_one_are_named_with_the_pieces_off_and_batch_axes_flattened_with_the_shape():
+    assert_named(check_split_fused(fused_counted_from_1), "off-by-one", "edges of Q, K, V")
+    assert_named(check_split_fused(fused_ends_included, hint=2), "off-by-one", "not including")
+    assert_named(check_split_fused(fused_rows_of_one_table), "flattened", "(6, 2), expected (2, 3, 2)")
+    # a wrong width that is no flattening stays a plain shape
+    assert_named(check_split_fused(lambda X, W, d_k: (X @ W)[..., None, :].split(d_k, -1)), "shape")

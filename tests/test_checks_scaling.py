@@ -209,6 +209,37 @@ def test_head_scores_mistakes_are_named(fn, label):
     assert_named(check_head_scores(fn), label)
 
 
+# A score scaled by a wrong constant is one class whatever the constant: the checkers measure the factor.
+def fp16_cube_root(Q, K):             # the split written with a third root on one side only
+    return (Q * Q.shape[-1] ** (-1 / 3)) @ K.mT
+
+
+def fp16_width_of_k_rows(Q, K):       # √T_k, the other table axis
+    return Q @ (K / math.sqrt(K.size(-2))).transpose(-1, -2)
+
+
+def head_precedence(X, W_Q, W_K):     # ** binds before /: d_k / 2
+    return (X @ W_Q) @ (X @ W_K).mT / W_Q.shape[1] ** 1 / 2
+
+
+def head_by_log(X, W_Q, W_K):         # a natural log where the square root belongs
+    return torch.einsum("...id,...jd->...ij", X @ W_Q, X @ W_K) / math.log(W_K.shape[-1])
+
+
+@pytest.mark.parametrize("check, fn", [(check_fp16_scores, fp16_cube_root), (check_fp16_scores, fp16_width_of_k_rows),
+                                       (check_head_scores, head_precedence), (check_head_scores, head_by_log)])
+def test_a_score_scaled_by_any_wrong_constant_is_named_with_its_factor(check, fn):
+    verdict = check(fn)
+    assert_named(verdict, "scale-factor", "times")
+    assert "divisor" in verdict.hint(2).message
+
+
+def test_a_transpose_that_reverses_every_axis_is_named():
+    assert_named(check_fp16_scores(lambda Q, K: torch.matmul(Q / Q.shape[-1] ** 0.5, K.T)), "every-axis-reversed")
+    assert_named(check_head_scores(lambda X, W_Q, W_K: (X @ W_Q / math.sqrt(W_Q.shape[1])) @ (X @ W_K).T),
+                 "every-axis-reversed")
+
+
 def test_head_scores_in_float32_for_float64_inputs_are_named_dtype():
     assert_named(check_head_scores(head_float32), "dtype", "float64")
 
@@ -227,8 +258,8 @@ def test_the_bug_hunt_cases_have_d_k_apart_from_d_model_and_t():
 
 # Mistakes that agree with the answer on the first case by design (a transpose of the first two axes on one
 # sequence) or raise on a later one (that transpose of K, and K in float32, on a batch): a later case tells them.
-LATER = {"first-two-axes", "last-two-axes", "upcast-K"}
-RAISE = {"last-two-axes", "upcast-K"}   # named with the error they raise added to the hint
+LATER = {"first-two-axes", "last-two-axes", "upcast-K", "every-axis-reversed"}
+RAISE = {"last-two-axes", "upcast-K", "every-axis-reversed"}   # named with the error they raise added to the hint
 
 
 def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_others():

@@ -509,13 +509,18 @@ def test_every_planted_mistake_is_recognised_as_itself_and_differs_from_the_othe
         with torch.no_grad():   # each planted mistake that returns a result, on a case where it differs
             assert_mistakes_distinct(case, reference, [m for m in mistakes if m.label != "float-positions"
                                                        and (m.where is None or m.where(case))])
-    for m in stack._GEN_VARIANTS:
+    for m in stack._GEN_VARIANTS + stack._GEN_RAISING:
         v = check_cached_generation(m.wrong)
         assert_named(v, m.label)
         assert v.message.startswith(m.hint), (m.label, v)
     # the generation cases separate every two planted mistakes together: each pair differs on some case
+    def outcome(m, i):
+        try:
+            return m.wrong(i)
+        except ValueError as e:                          # an offset past max_T: the error is the outcome
+            return repr(e)
     planted = [m for m in stack._GEN_MISTAKES if m.label != "shortcut"]
-    outs = [[stack._recomputed(i)] + [m.wrong(i) for m in planted] for i in range(len(stack._GEN_CASES))]
+    outs = [[stack._recomputed(i)] + [outcome(m, i) for m in planted] for i in range(len(stack._GEN_CASES))]
     for a in range(len(planted) + 1):
         for b in range(a + 1, len(planted) + 1):
             assert any(not _core._close(o[a], o[b], 1e-5) for o in outs), (a, b)
@@ -737,3 +742,53 @@ def test_cached_generation_slips_are_named_by_their_tokens(slip, label):
         return ids
 
     assert_named(check_cached_generation(generate), label)
+
+
+# ---- more slips of the cached generation, and one target per window: named by class -----------------------------
+
+def _generate_with_caches(model, ids, n_new, chunk, *, slip):
+    """Another spelling: the library's KVCache per layer, an explicit boolean mask, positions counted per piece."""
+    caches = [KVCache()] * len(model.blocks) if slip in ("one-cache", "one-cache-counted") else \
+        [KVCache() for _ in model.blocks]
+    pieces, out, pos, n_pieces = list(ids.split(chunk, dim=1)), ids, 0, 0
+    while pieces:
+        piece = pieces.pop(0)
+        at = {"one-cache": len(caches[0]), "pieces-times-chunk": n_pieces * chunk}.get(slip, pos)
+        X = model.embed_tokens(piece, at)
+        for block, cache in zip(model.blocks, caches):
+            Q, K, V = block.attn.qkv(block.ln_1(X), at)
+            K, V = cache.extend(K, V)
+            T_q, T_k = Q.shape[-2], K.shape[-2]
+            keep = torch.ones(T_q, T_k, dtype=torch.bool).tril() if slip == "tril" and T_q > 1 else \
+                causal_mask(T_q, T_k, dtype=torch.bool)
+            X = X + block.attn.W_O(merge_heads(F.scaled_dot_product_attention(Q, K, V, attn_mask=keep)))
+            X = X + block.mlp(block.ln_2(X))
+        pos, n_pieces = pos + piece.shape[1], n_pieces + 1
+        if not pieces:
+            rows = X[:, :1] if slip == "first-row" else X[:, -1:]
+            nxt = model.head(rows if slip == "no-ln_f" else model.ln_f(rows))[:, 0].argmax(-1, keepdim=True)
+            out = torch.cat([out, nxt], dim=1)
+            pieces = [nxt] if out.shape[1] < ids.shape[1] + n_new else []
+    return out
+
+
+@pytest.mark.parametrize("slip, label", [
+    ("tril", "top-left-mask"), ("no-ln_f", "no-ln_f"), ("first-row", "first-row"),
+    ("pieces-times-chunk", "offset-counts-chunks"), ("one-cache", "shared-cache"),
+    ("one-cache-counted", "shared-cache"),
+])
+def test_cached_generation_more_slips_are_named(slip, label):
+    assert_accepted(check_cached_generation(functools.partial(_generate_with_caches, slip=None)))
+    assert_named(check_cached_generation(functools.partial(_generate_with_caches, slip=slip)), label)
+
+
+def test_one_target_per_window_is_named():
+    def next_token_only(data, T):                         # the token after each window, (n,)
+        n = (len(data) - 1) // T
+        return data[:n * T].reshape(n, T), data[T:(n + 1) * T:T]
+
+    def last_column(data, T):                             # the same, kept as a column, (n, 1)
+        x, y = windows_ok(data, T)
+        return x, y[:, -1:]
+    assert_named(check_text_windows(next_token_only), "one-target", "one token per window, shape (7,)")
+    assert_named(check_text_windows(last_column), "one-target")

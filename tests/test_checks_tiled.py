@@ -265,8 +265,9 @@ def test_tile_count_verdicts_say_too_high_or_too_low_and_give_no_formula():
 
 
 # ------------------------------------------------------------------------------------------ find the bug
-def _q_outer(Q, K, V, b_q, b_k, update):
-    """Tiled attention with query blocks outside (the chapter's order), the state updated by ``update``."""
+def _q_outer(Q, K, V, b_q, b_k, update, stop=-1):
+    """Tiled attention with query blocks outside (the chapter's order), the state updated by ``update``; the key
+    blocks run up to the query ``stop`` of the block."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
     outs = []
     for q0 in range(0, T_q, b_q):
@@ -274,7 +275,7 @@ def _q_outer(Q, K, V, b_q, b_k, update):
         pos = torch.arange(q0, q1) + T_k - T_q
         m = torch.full(Q.shape[:-2] + (q1 - q0,), -INF, dtype=Q.dtype)
         ell, O = torch.zeros_like(m), torch.zeros(*m.shape, V.shape[-1], dtype=Q.dtype)
-        for k0 in range(0, int(pos[-1]) + 1, b_k):
+        for k0 in range(0, int(pos[stop]) + 1, b_k):
             k1 = min(k0 + b_k, T_k)
             Z = (Q[..., q0:q1, :] @ K[..., k0:k1, :].mT) / math.sqrt(Q.shape[-1])
             Z = torch.where(torch.arange(k0, k1)[None, :] <= pos[:, None], Z, -INF)
@@ -312,6 +313,11 @@ def fixed_by_cloning(Q, K, V, block_q, block_k):
             ell[..., rows] = r * ell[..., rows] + P.sum(-1)
             O[..., rows, :] = r[..., None] * O[..., rows, :] + torch.einsum("...qk,...kd->...qd", P, V[..., keys, :])
     return O / ell[..., None]
+
+
+def fixed_stopping_at_the_first_query(Q, K, V, b_q, b_k):
+    """Key blocks only up to the block's first query: its later rows miss the keys of a later key block."""
+    return _q_outer(Q, K, V, b_q, b_k, lambda ell, O, a, P, PV: (a * ell + P.sum(-1), a[..., None] * O + PV), stop=0)
 
 
 def fixed_wrong_sign(Q, K, V, b_q, b_k):
@@ -361,7 +367,7 @@ def test_fixed_tiled_attention_solutions_are_accepted():
     (fixed_wrong_sign, "wrong-sign"), (fixed_after_adding, "rescale-after-add"),
     (fixed_O_only, "ell-not-rescaled"), (fixed_ell_only, "O-not-rescaled"),
     (fixed_in_float32, "dtype"), (fixed_scaling_Q_in_place, "in-place"), (stub, "stub"),
-    (fixed_forgetting_earlier_blocks, "state-forgotten"),
+    (fixed_forgetting_earlier_blocks, "state-forgotten"), (fixed_stopping_at_the_first_query, "skip-by-first-query"),
 ])
 def test_fixed_tiled_attention_mistakes_are_named(fn, label):
     assert_named(check_fixed_tiled_attention(fn), label)

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attnlib.checks import check_all_induction_targets, check_uniform_induction_score
 from attnlib.checks import trained_heads as TH
@@ -35,6 +36,12 @@ def test_ln_2_and_long_block_values_are_accepted():
     ("page-demo", 0.64),                                              # 4 × the hand-made table's 0.16
     ("finite-r", 7 * TH._measured(7)),                                # r × score at one r
     ("page-r16", 16 * TH._measured(16)),                              # r × score at the page's r = 16
+    # each class in another spelling than the wrong answers' own
+    ("score-at-one-r", 0.0941),                                       # the score at r = 7, not × 7
+    ("score-at-one-r", sum(1 / k for k in range(5, 9)) / 4),          # the score at r = 4, summed by hand
+    ("one-mean-count", 0.667),                                        # every row counted as reading 1.5 r keys
+    ("inverted", 1.44),                                               # 1 / ln 2, rounded
+    ("log10", 0.3),                                                   # log10 2, rounded
 ])
 def test_each_typical_wrong_number_is_named(label, wrong):
     assert_named(check_uniform_induction_score(wrong), label)
@@ -44,6 +51,28 @@ def test_each_typical_wrong_number_is_named(label, wrong):
 def test_other_numbers_are_rejected_without_a_wrong_name(wrong):
     verdict = check_uniform_induction_score(wrong)
     assert not verdict.ok and verdict.mistake == "values", verdict
+
+
+def targets_later_by_comparison(ids):     # triu(1) written as a comparison: the copies after the query
+    i = torch.arange(ids.shape[-1])
+    return F.pad((ids[..., :, None] == ids[..., None, :]) & (i[:, None] < i[None, :]), (1, -1))
+
+
+def targets_one_sequence(ids):           # unsqueeze on the first axis: right for one sequence only
+    T = ids.shape[-1]
+    earlier = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    return F.pad(torch.logical_and(ids.unsqueeze(1) == ids.unsqueeze(0), earlier), (1, -1))
+
+
+def targets_one_sequence_eq(ids):
+    i = torch.arange(ids.shape[-1])
+    return F.pad(torch.eq(ids[:, None], ids[None]) & (i[None, :] < i[:, None]), (1, -1))
+
+
+@pytest.mark.parametrize("fn, label", [(targets_later_by_comparison, "later-copies"), (targets_one_sequence,
+                                       "one-sequence"), (targets_one_sequence_eq, "one-sequence")])
+def test_target_classes_in_other_spellings_are_named(fn, label):
+    assert_named(check_all_induction_targets(fn), label)
 
 
 def test_the_guesses_are_far_enough_apart_to_name_one_mistake_each():
@@ -98,7 +127,8 @@ def test_the_stub_and_each_planted_targets_mistake_are_named():
 
 
 def test_the_first_case_tells_every_targets_mistake_apart():
-    distinct = [m for m in TH._TARGETS_MISTAKES if m.label != "query-counted" or "copies" not in m.wrong.keywords]
+    distinct = [m for m in TH._TARGETS_MISTAKES if (m.label != "query-counted" or "copies" not in m.wrong.keywords)
+                and m.label != "one-sequence"]   # right on one sequence by design: the batches tell it
     assert_mistakes_distinct(TH._targets_cases()[0], TH._targets_reference, distinct)
 
 

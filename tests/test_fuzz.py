@@ -1288,7 +1288,7 @@ def test_the_induction_recipe_checks_its_arguments():
     rejects_at_boundary(lambda: induction.new_model(0, {"model": induction.CONFIG["model"]}), "lacks", "steps")
     as_dict = {**induction.CONFIG, "model": {"vocab_size": 32}}
     rejects_at_boundary(lambda: induction.new_model(0, as_dict), "GPTConfig", "dict")
-    rejects_at_boundary(lambda: induction.train_induction(0, 1, {"steps": 1}), "lacks", "n_min")
+    rejects_at_boundary(lambda: induction.train_induction(0, 1, {"steps": 1}), "lacks", "r_min")
     rejects_at_boundary(lambda: induction.train_induction(0.5, 1), "seed")
     rejects_at_boundary(lambda: induction.load_models(3), "path", "got 3")
     with pytest.raises(FileNotFoundError, match="absent"):

@@ -328,10 +328,14 @@ def _page(url):
 
 def test_the_colab_button_opens_the_learner_edition(tmp_path):
     base = "https://colab.research.google.com/github/o/r/blob/main"
-    app = types.SimpleNamespace(srcdir=str(ROOT))
+    app = types.SimpleNamespace(srcdir=str(ROOT), config=types.SimpleNamespace(learner_dir="learner"))
     context = _page(f"{base}/book/04_mask.ipynb")
     learner_links.point_launch_buttons_at_learner_edition(app, "book/04_mask", "page.html", context, None)
     assert context["header_buttons"][0]["buttons"][0]["url"] == f"{base}/learner/04_mask.ipynb"
+    chinese = types.SimpleNamespace(srcdir=str(ROOT), config=types.SimpleNamespace(learner_dir="learner/zh"))
+    context = _page(f"{base}/book/04_mask.ipynb")
+    learner_links.point_launch_buttons_at_learner_edition(chinese, "book/04_mask", "page.html", context, None)
+    assert context["header_buttons"][0]["buttons"][0]["url"] == f"{base}/learner/zh/04_mask.ipynb"
     other = _page(f"{base}/book/intro.md")
     learner_links.point_launch_buttons_at_learner_edition(app, "book/intro", "page.html", other, None)
     assert other["header_buttons"][0]["buttons"][0]["url"] == f"{base}/book/intro.md"
@@ -343,7 +347,8 @@ def test_the_extension_is_registered_after_the_themes_launch_buttons():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["sphinx"]["local_extensions"]["learner_links"] == "book/_ext/"
     calls = []
-    learner_links.setup(types.SimpleNamespace(connect=lambda *a, **k: calls.append((a, k))))
+    learner_links.setup(types.SimpleNamespace(connect=lambda *a, **k: calls.append((a, k)),
+                                              add_config_value=lambda *a, **k: None))
     (event, _), kwargs = calls[0]
     assert event == "html-page-context" and kwargs["priority"] > 501  # sphinx-book-theme's add_launch_buttons
 

@@ -1,7 +1,8 @@
 """The book is published from main to the repository's GitHub Pages, by a workflow that the suite validates offline.
 
 check-jsonschema ships (vendors) the schema of GitHub workflows, so the validation needs no network. The workflow
-builds the book the README's way (`make book`: the lock, then `jupyter-book build . -W -n`), and the README names
+builds the book the README's way (`make book`: the lock, then `jupyter-book build . -W -n`) and the Chinese book
+beside it under zh/ (`make book-zh`, as strict), and the README names
 the published address, which follows from `repository.url` in _config.yml.
 """
 
@@ -45,7 +46,8 @@ def test_a_broken_workflow_fails_the_validation(tmp_path, breakage):
 def test_the_workflow_builds_the_book_the_readmes_way_and_deploys_it():
     workflow = yaml.safe_load(WORKFLOW.read_text())
     steps = workflow["jobs"]["build"]["steps"]
-    assert [s.get("run") for s in steps if "run" in s] == ["make book"]
+    assert [s.get("run") for s in steps if "run" in s] == ["make book",
+                                                           "make book-zh && mv _build/zh/html _build/html/zh"]
     assert any(s.get("uses", "").startswith("actions/upload-pages-artifact") and s["with"]["path"] == "_build/html"
                for s in steps)
     assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in workflow["jobs"]["deploy"]["steps"])
@@ -53,6 +55,8 @@ def test_the_workflow_builds_the_book_the_readmes_way_and_deploys_it():
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^book:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
     assert "jupyter-book build . -W -n --keep-going" in recipe
+    recipe_zh = re.search(r"^book-zh:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "-W -n --keep-going" in recipe_zh and "_build/zh/html" in recipe_zh
 
 
 def test_the_readme_names_the_published_address_of_the_repository():

@@ -57,6 +57,7 @@ PROGRESS_HEADER = "# Which of this chapter's exercises pass in this kernel? Run 
 MAX_LINE = 88
 # Under the first exercise of each learner notebook (how_to_use says the same in the book).
 TIME_RULE = "*If an exercise takes twice its minutes, read its solution in the book and move on.*"
+EDITION_WORDS = {"exercise": "Exercise", "time_rule": TIME_RULE, "book_path": "../book/"}
 CHECKER_CALL = re.compile(r"^\s*(?P<name>check_\w+)\s*\(", re.M)  # exercise checkers (validators are require_…)
 
 
@@ -147,6 +148,8 @@ class Book:
     """The facts about book/ that the translation needs (titles of pages, their order, the bibliography)."""
 
     root: Path = ROOT
+    words: dict | None = None
+    """What the edition writes itself, and where it sees book/'s files from: EDITION_WORDS, or a translation's."""
 
     @property
     def book(self) -> Path:
@@ -193,6 +196,19 @@ class Book:
             for text in texts:
                 for m in LABEL_ABOVE_HEADING.finditer(text):
                     out[m["label"]] = (stem, m["heading"].strip(), kind)
+        return out | self.exercise_labels
+
+    @cached_property
+    def exercise_labels(self) -> dict[str, tuple[str, str, str]]:
+        """``label -> (stem, heading, "ipynb")`` for every exercise: the heading the edition gives it."""
+        word, out = (self.words or EDITION_WORDS)["exercise"], {}
+        for stem in self._notebooks:
+            first = self.exercise_numbers.get(stem)
+            found = [d for text in self._markdown(stem) for d in directives(text) if d.name == "exercise"]
+            for k, d in enumerate(found):
+                if "label" in d.options:
+                    number = "" if first is None else f" {first + k}"
+                    out[d.options["label"]] = (stem, f"{word}{number} ({d.arg.strip()})", "ipynb")
         return out
 
     @cached_property
@@ -347,10 +363,11 @@ class Translator:
         """``### Exercise 9 (Title)``, with the number the book shows (none outside the toc)."""
         first = self.book.exercise_numbers.get(self.page)
         number = "" if first is None else f" {first + self.exercise_count}"
-        rule = [TIME_RULE, ""] if self.exercise_count == 0 else []
+        words = self.book.words or EDITION_WORDS
+        rule = [words["time_rule"], ""] if self.exercise_count == 0 else []
         self.exercise_count += 1
         title = self.inline(d.arg)
-        return [PAD, f"### Exercise{number}" + (f" ({title})" if title else ""), "", *rule,
+        return [PAD, f"### {words['exercise']}{number}" + (f" ({title})" if title else ""), "", *rule,
                 *self.block("\n".join(d.body)), PAD]
 
     def solution_marker(self, d: Directive) -> list[str]:
@@ -358,7 +375,8 @@ class Translator:
                            f"tag its cell {SOLUTION_TAG!r}")
 
     def image(self, d: Directive) -> list[str]:
-        return [PAD, f"![{d.options.get('alt', '')}]({local_path(d.arg)})", PAD]
+        book_path = (self.book.words or EDITION_WORDS)["book_path"]
+        return [PAD, f"![{d.options.get('alt', '')}]({local_path(d.arg, book_path)})", PAD]
 
     def figure(self, d: Directive) -> list[str]:
         """The image, then its caption in italics."""
@@ -437,10 +455,10 @@ def unknown(kind: str, text: str) -> EditionError:
                         "Markdown, or add a tested entry to editions.DIRECTIVES or editions.ROLES")
 
 
-def local_path(target: str) -> str:
-    """A path relative to book/ seen from learner/ (files that are not notebooks stay in book/)."""
+def local_path(target: str, book_path: str = "../book/") -> str:
+    """A path relative to book/ seen from the edition's folder (files that are not notebooks stay in book/)."""
     target = target.strip()
-    return target if URL.match(target) or target.startswith(("/", "#")) else "../book/" + target
+    return target if URL.match(target) or target.startswith(("/", "#")) else book_path + target
 
 
 # --- the learner edition of one notebook --------------------------------------------------------------------------
@@ -586,10 +604,11 @@ its exercises to learn: each one asks them to write a step themselves, and a che
 """
 
 
-def edition(root: Path = ROOT) -> dict[str, str]:
+def edition(root: Path = ROOT, words: dict | None = None) -> dict[str, str]:
     """``file name -> text`` of every file of the learner edition: its notebooks, and AGENTS.md, which asks the
-    coding assistants that learners use to help at the checker's hint level instead of writing the solution."""
-    book = Book(root)
+    coding assistants that learners use to help at the checker's hint level instead of writing the solution.
+    ``words``: a translation's EDITION_WORDS (tools/translations.py)."""
+    book = Book(root, words)
     return {**{p.name: learner_notebook(p, book) for p in book.notebooks()}, "AGENTS.md": AGENTS}
 
 

@@ -28,19 +28,20 @@ def point_launch_buttons_at_learner_edition(app, pagename, templatename, context
     folder, _, name = pagename.rpartition("/")
     if folder != BOOK_DIR:
         return
-    book_path = f"/{BOOK_DIR}/{name}.ipynb"
+    book_path, learner_dir = f"/{BOOK_DIR}/{name}.ipynb", app.config.learner_dir
     for button in _buttons(context.get("header_buttons", [])):
         url = button.get("url", "")
         if not url.endswith(book_path):
             continue
-        learner = Path(app.srcdir) / LEARNER_DIR / f"{name}.ipynb"
+        learner = Path(app.srcdir) / learner_dir / f"{name}.ipynb"
         if not learner.is_file():
-            LOGGER.warning(f"{LEARNER_DIR}/{name}.ipynb is missing, so the {button.get('text')} button opens the "
+            LOGGER.warning(f"{learner_dir}/{name}.ipynb is missing, so the {button.get('text')} button opens the "
                            f"book's notebook; run `make learner`", location=pagename, type="learner_links")
             continue
-        button["url"] = url[: -len(book_path)] + f"/{LEARNER_DIR}/{name}.ipynb"
+        button["url"] = url[: -len(book_path)] + f"/{learner_dir}/{name}.ipynb"
 
 
 def setup(app):
+    app.add_config_value("learner_dir", LEARNER_DIR, "html")   # learner/zh in the Chinese build
     app.connect("html-page-context", point_launch_buttons_at_learner_edition, priority=510)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

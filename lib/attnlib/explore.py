@@ -254,7 +254,13 @@ def _json_for_html(data: dict) -> str:
 
 
 class _Figure:
-    """A figure that is one piece of HTML holding its data as JSON: a notebook displays it as that HTML."""
+    """A figure that is one piece of HTML holding its data as JSON: a notebook displays it as that HTML.
+
+    Its HTML is drawn from its data (the words the script uses among them) and from ``page_words``, the words only
+    the markup shows, so :func:`redrawn` can draw a stored figure again with its words translated."""
+
+    page_words = PAGE_WORDS
+    kinds: dict = {}    # data["kind"] -> class, for redrawn (the explorer has no kind; live.py adds "live")
 
     def __init__(self, data: dict):
         self._data = data
@@ -278,9 +284,9 @@ class _Figure:
         return self.html
 
 
-def _table_box(label: str, table: str) -> str:
+def _table_box(label: str, table: str, page_words: dict) -> str:
     """The text alternative's box: the summary the reader opens, and a scroll region named ``label``."""
-    return (f'<details class="ax-table"><summary>{PAGE_WORDS["summary"]}</summary>'
+    return (f'<details class="ax-table"><summary>{page_words["summary"]}</summary>'
             f'<div class="ax-table-scroll" role="region" tabindex="0" aria-label="{html.escape(label)}">'
             f"{table}</div></details>")
 
@@ -322,13 +328,14 @@ class AttentionExplorer(_Figure):
         """The whole figure: fallback sentence, style, readout, help, weights table, data and code; no id, no URL."""
         d = self._data
         sizes = f"{d['L']} blocks × {d['h']} heads, " if d["L"] > 1 else (f"{d['h']} heads, " if d["h"] > 1 else "")
-        fallback = PAGE_WORDS["fallback"].format(sizes=sizes, T=d["T"], title=f", {d['title']}" if d["title"] else "")
+        fallback = self.page_words["fallback"].format(sizes=sizes, T=d["T"],
+                                                      title=f", {d['title']}" if d["title"] else "")
         return (
             '<div class="attnlib-explore">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'
             f"<style>{_asset('explore.css')}</style>"
             '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
-            f"{_help_html()}"
+            f"{_help_html(self.page_words)}"
             f"{self._table_html()}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
             f"<script>{_script(MODULES)}</script>"
@@ -339,7 +346,7 @@ class AttentionExplorer(_Figure):
     def label(self) -> str:
         """What the heatmap shows first, as its label says: "attention weights of block 0 head 1 over 16 tokens"."""
         d = self._data
-        return _label(d["L"], d["h"], d["T"], d["state"]["layer"], d["state"]["head"], d["layerLabel"])
+        return _label(d["words"], d["L"], d["h"], d["T"], d["state"]["layer"], d["state"]["head"], d["layerLabel"])
 
     def table(self) -> list[list[str]]:
         """The text alternative's numbers, as the page writes them: T rows of T strings, 3 decimals, "—" masked."""
@@ -357,11 +364,11 @@ class AttentionExplorer(_Figure):
         body = "".join(
             f'<tr><th scope="row">{html.escape(names[i])}</th>' + "".join(f"<td>{v}</td>" for v in row) + "</tr>"
             for i, row in enumerate(cells))
-        caption = _caption(self.label, d["controls"], st)
-        corner = html.escape(WORDS["corner"])
+        caption = _caption(d["words"], self.label, d["controls"], st)
+        corner = html.escape(d["words"]["corner"])
         return _table_box(self.label, f"<table><caption>{html.escape(caption)}</caption>"
                                       f'<thead><tr><th scope="col">{corner}</th>{head}</tr></thead>'
-                                      f"<tbody>{body}</tbody></table>")
+                                      f"<tbody>{body}</tbody></table>", self.page_words)
 
     def __repr__(self) -> str:
         d = self._data
@@ -371,31 +378,58 @@ class AttentionExplorer(_Figure):
         return f"<interactive attention figure: {what}{extra}>"
 
 
-def _help_html() -> str:
+_Figure.kinds[None] = AttentionExplorer
+
+
+def _help_html(page_words: dict) -> str:
     """Help for both kinds of device; the stylesheet shows the one that fits (``@media (hover: …)``)."""
     return ('<p class="ax-help">'
-            f'<span class="ax-help-hover">{html.escape(PAGE_WORDS["hover"])}</span>'
-            f'<span class="ax-help-touch">{html.escape(PAGE_WORDS["touch"])}</span>'
+            f'<span class="ax-help-hover">{html.escape(page_words["hover"])}</span>'
+            f'<span class="ax-help-touch">{html.escape(page_words["touch"])}</span>'
             "</p>")
 
 
-def _label(L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:
-    """The heatmap's label, from WORDS (the script fills in the same words when the block or head changes)."""
-    which = (WORDS["ofLayer"].format(layerLabel=layer_label, layer=layer + 1, head=head) if L > 1 else   # blocks 1 … L
-             (WORDS["ofHead"].format(head=head) if h > 1 else ""))
-    return WORDS["label"].format(which=which, T=T)
+def _label(words: dict, L: int, h: int, T: int, layer: int, head: int, layer_label: str) -> str:
+    """The heatmap's label, from the figure's words (the script fills in the same words when the head changes)."""
+    which = (words["ofLayer"].format(layerLabel=layer_label, layer=layer + 1, head=head) if L > 1 else   # blocks 1 … L
+             (words["ofHead"].format(head=head) if h > 1 else ""))
+    return words["label"].format(which=which, T=T)
 
 
-def _caption(label: str, controls: dict, st: dict) -> str:
-    """The table's caption: what it shows, with the switches' settings (the script writes it from the same WORDS)."""
+def _caption(words: dict, label: str, controls: dict, st: dict) -> str:
+    """The table's caption: what it shows, with the switches' settings (the script writes it from the same words)."""
     parts = [label]
     if controls["scale"]:
-        parts.append(WORDS["scaled"] if st["scaled"] else WORDS["unscaled"])
+        parts.append(words["scaled"] if st["scaled"] else words["unscaled"])
     if controls["mask"]:
-        parts.append(WORDS["maskOn"] if st["causal"] else WORDS["maskOff"])
+        parts.append(words["maskOn"] if st["causal"] else words["maskOff"])
     if controls["temperature"]:
-        parts.append(WORDS["temperature"].format(tau=f"{st['temperature']:.2f}"))
-    return ", ".join(parts) + WORDS["rows"] + (WORDS["masked"] if st["causal"] else ".")
+        parts.append(words["temperature"].format(tau=f"{st['temperature']:.2f}"))
+    return ", ".join(parts) + words["rows"] + (words["masked"] if st["causal"] else ".")
+
+
+DATA = re.compile(r'<script type="application/json" class="ax-data">(.*?)</script>', re.S)
+
+
+def redrawn(stored_html: str, tr) -> str:
+    """A stored figure's HTML drawn again from the data it holds, every word passed through ``tr`` (English ->
+    a translation): the script's words, the title, the menu's word for a layer, and the words of the markup.
+    ``tr`` = the identity gives the stored HTML back."""
+    data = json.loads(DATA.search(stored_html).group(1))
+    data["words"] = {k: tr(v) for k, v in data["words"].items()}
+    data["title"] = tr(data["title"]) if data["title"] else ""
+    if "layerLabel" in data:
+        data["layerLabel"] = tr(data["layerLabel"])
+    cls = _Figure.kinds[data.get("kind")]
+    figure = cls.__new__(cls)
+    _Figure.__init__(figure, data)
+    figure.page_words = {k: tr(v) for k, v in cls.page_words.items()}
+    return figure.html
+
+
+def is_figure(html_text: str) -> bool:
+    """Whether a notebook output's HTML is one of these figures."""
+    return html_text.startswith('<div class="attnlib-explore') and DATA.search(html_text) is not None
 
 
 @boundary(_explore_args)

@@ -39,7 +39,7 @@ __all__ = [
 
 # The recipe: the model, and the training run. vocab_size ≥ the longest block, so a block's tokens can all differ.
 CONFIG = {"model": GPTConfig(vocab_size=32, d_model=64, h=4, L=2, max_T=48, pos="learned"),
-          "n_min": 6, "n_max": 24, "B": 32, "steps": 1500, "lr": 1e-3, "weight_decay": 0.01}
+          "r_min": 6, "r_max": 24, "B": 32, "steps": 1500, "lr": 1e-3, "weight_decay": 0.01}
 SEEDS = (0, 1, 2, 3)
 WEIGHTS = Path(__file__).with_name("data") / "heads.safetensors"
 _MODEL_KEYS = ("vocab_size", "d_model", "h", "L", "max_T", "pos")   # the model's fields the weights file keeps
@@ -72,15 +72,15 @@ def _previous_token_args(P) -> None:
         raise ValueError(f"a previous-token score needs T >= 2 positions, got T={T}")
 
 
-def repeated_blocks(B: int, n: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
-    """Token IDs (B, 2n): per row, n distinct random tokens, then the same n tokens again."""
-    B, n, vocab_size = require_positive(B=B, n=n, vocab_size=vocab_size)
-    if n > vocab_size:
-        raise ValueError(f"a block of n={n} distinct tokens needs vocab_size >= n, got {vocab_size}")
+def repeated_blocks(B: int, r: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Token IDs (B, 2r): per row, r distinct random tokens, then the same r tokens again."""
+    B, r, vocab_size = require_positive(B=B, r=r, vocab_size=vocab_size)
+    if r > vocab_size:
+        raise ValueError(f"a block of r={r} distinct tokens needs vocab_size >= r, got {vocab_size}")
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
         raise TypeError(f"generator must be a CPU torch.Generator, got "
                         f"{getattr(generator, 'device', type(generator).__name__)}")
-    block = torch.rand(B, vocab_size, generator=generator).argsort(dim=-1)[:, :n]
+    block = torch.rand(B, vocab_size, generator=generator).argsort(dim=-1)[:, :r]
     return torch.cat([block, block], dim=1)
 
 
@@ -160,19 +160,19 @@ def head_scores(model: GPT, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def half_losses(model: GPT, ids: torch.Tensor) -> tuple[float, float]:
-    """Mean next-token loss on ids (B, 2n): (first half, repeated half).
+    """Mean next-token loss on ids (B, 2r): (first half, repeated half).
 
-    First half: the predictions of tokens 1 … n − 1. Repeated half: of tokens n + 1 … 2n − 1 (token n,
+    First half: the predictions of tokens 1 … r − 1. Repeated half: of tokens r + 1 … 2r − 1 (token r,
     where the repeat starts, cannot be known in advance and counts in neither).
     """
     _require_gpt(model)
     require_ids(ids, model.config.vocab_size, like=model.embed.table)
     T = ids.shape[-1]
     if ids.dim() != 2 or T % 2 or T < 4:
-        raise ValueError(f"ids must be (B, 2n) with n >= 2, got shape {tuple(ids.shape)}")
-    n = T // 2
+        raise ValueError(f"ids must be (B, 2r) with r >= 2, got shape {tuple(ids.shape)}")
+    r = T // 2
     loss = F.cross_entropy(model(ids[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
-    return loss[:, :n - 1].mean().item(), loss[:, n:].mean().item()
+    return loss[:, :r - 1].mean().item(), loss[:, r:].mean().item()
 
 
 @contextlib.contextmanager
@@ -224,7 +224,7 @@ def new_model(seed: int, config: dict = CONFIG) -> GPT:
 def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) -> tuple[GPT, list[float]]:
     """Train the recipe's model with ``seed`` (weights and batches) for ``steps`` steps (default: all).
 
-    Every step draws a block length n from n_min … n_max, so a head cannot find the earlier copy by a
+    Every step draws a block length r from r_min … r_max, so a head cannot find the earlier copy by a
     fixed distance: it has to look for the token. Run it with one thread to repeat the stored losses
     (their first steps on any machine, all of them on the machine that trained them).
     """
@@ -237,8 +237,8 @@ def train_induction(seed: int, steps: int | None = None, config: dict = CONFIG) 
     model.train()
     losses = []
     for _ in range(steps):
-        n = int(torch.randint(config["n_min"], config["n_max"] + 1, (1,), generator=g))
-        ids = repeated_blocks(config["B"], n, config["model"].vocab_size, g)
+        r = int(torch.randint(config["r_min"], config["r_max"] + 1, (1,), generator=g))
+        ids = repeated_blocks(config["B"], r, config["model"].vocab_size, g)
         loss = model.loss(ids[:, :-1], ids[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -264,7 +264,7 @@ def load_models(path: str | Path = WEIGHTS) -> dict[int, GPT]:
 
 def stored_recipe(path: str | Path = WEIGHTS) -> dict:
     """The recipe the shipped models were trained with, as the weights file records it: a CONFIG-like dict, its
-    "model" a GPTConfig beside the training run's keys (n_min, n_max, B, steps, lr, weight_decay)."""
+    "model" a GPTConfig beside the training run's keys (r_min, r_max, B, steps, lr, weight_decay)."""
     return _recipe_from_file(_metadata(path)["config"])
 
 
@@ -292,10 +292,10 @@ def _recipe_to_file(config: dict) -> dict:
 def _require_recipe(config) -> dict:
     """A dict with every key of CONFIG, its "model" a GPTConfig."""
     _require_recipe_keys(config, CONFIG, "attnlib.induction.CONFIG")
-    n_min, n_max = require_positive(n_min=config["n_min"], n_max=config["n_max"])
-    if n_min > n_max or 2 * n_max - 1 > config["model"].max_T or n_max > config["model"].vocab_size:
-        raise ValueError(f"the blocks need n_min <= n_max, 2·n_max - 1 <= max_T={config['model'].max_T} "
-                         f"and n_max <= vocab_size={config['model'].vocab_size}, got n_min={n_min}, n_max={n_max}")
+    r_min, r_max = require_positive(r_min=config["r_min"], r_max=config["r_max"])
+    if r_min > r_max or 2 * r_max - 1 > config["model"].max_T or r_max > config["model"].vocab_size:
+        raise ValueError(f"the blocks need r_min <= r_max, 2·r_max - 1 <= max_T={config['model'].max_T} "
+                         f"and r_max <= vocab_size={config['model'].vocab_size}, got r_min={r_min}, r_max={r_max}")
     return config
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._validate import _show, boundary, require_pieces, require_weights
-from .explore import VIEW_MODULES, WORDS, _asset, _Figure, _help_html, _script, _table_box
+from .explore import PAGE_WORDS, VIEW_MODULES, WORDS, _asset, _Figure, _help_html, _script, _table_box
 from .text import CharTokenizer, labels
 
 __all__ = ["LiveModel", "live", "half_model", "page_model", "page_text", "MAX_CHARS", "LIVE_WORDS"]
@@ -64,6 +64,14 @@ LIVE_WORDS = {
     "first": "Type a character first: the model continues a text.",
     "addedOne": "Added {n} character", "added": "Added {n} characters",
     "stopped": " (stopped at {max}, the most the box holds).",
+}
+# Words only the live figure's markup shows.
+LIVE_PAGE_WORDS = {
+    **PAGE_WORDS,
+    "fallback": "Live character model (its weights are in this page){title}: it predicts the next character of the "
+                "text you type and shows the weights each head gives. It needs scripts: run this cell or trust the "
+                "notebook to type your own text.",
+    "table": "attention weights",
 }
 
 
@@ -220,6 +228,8 @@ class LiveModel(_Figure):
     """The live figure: see :func:`live`. Displays itself as HTML in a notebook; ``nbytes`` counts its weights,
     scripts, style and text."""
 
+    page_words = LIVE_PAGE_WORDS
+
     @boundary(_live_model_args)
     def __init__(self, model, vocab: list[str], text: str, title: str):
         self.model = half_model(model)
@@ -267,16 +277,14 @@ class LiveModel(_Figure):
     def html(self) -> str:
         """The whole figure: fallback sentence, style, help, table, data and code; no id, no URL."""
         title = f", {self._data['title']}" if self._data["title"] else ""
-        fallback = (f"Live character model (its weights are in this page){title}: it predicts the next character "
-                    "of the text you type and shows the weights each head gives. It needs scripts: run this cell or "
-                    "trust the notebook to type your own text.")
+        fallback = self.page_words["fallback"].format(title=title)
         return (
             '<div class="attnlib-explore attnlib-live">'
             f'<p class="ax-fallback">{html.escape(fallback)}</p>'
             f"<style>{_asset('explore.css')}{_asset('live.css')}</style>"
             '<div class="ax-readout" role="status" aria-live="polite" aria-atomic="true"></div>'
-            f"{_help_html()}"
-            f"{_table_box('attention weights', '<table><caption></caption></table>')}"
+            f"{_help_html(self.page_words)}"
+            f"{_table_box(self.page_words['table'], '<table><caption></caption></table>', self.page_words)}"
             f'<script type="application/json" class="ax-data">{self._json}</script>'
             f"<script>{_script(LIVE_MODULES)}</script>"
             "</div>"
@@ -286,6 +294,9 @@ class LiveModel(_Figure):
         c = self.model.config
         return (f"<live character model: d_model={c.d_model}, h={c.h}, L={c.L}, vocab {len(self.vocab)}, "
                 f"float16 weights {self.weights_nbytes / 1000:.1f} kB>")
+
+
+_Figure.kinds["live"] = LiveModel
 
 
 @boundary(_live_args)

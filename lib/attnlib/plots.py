@@ -132,8 +132,8 @@ PIPELINE = [
     (5, "softmax over each row:  P", "T × T"),
     (5, "weighted sum  P V", "T × d_v"),
     (6, "h heads concatenated, then W_O", "T × d_model"),
-    (7, "residual  H = X_{l−1} + A,  A: attention", "T × d_model"),
-    (7, "residual  X_l = H + F,  F = MLP(LN₂(H))", "T × d_model"),
+    (7, "residual  H = Xₗ₋₁ + A,  A: attention", "T × d_model"),
+    (7, "residual  Xₗ = H + F,  F = MLP(LN₂(H))", "T × d_model"),
     (8, "repeat for L blocks:  X_L", "T × d_model"),
     (8, "final LayerNorm, output head: logits", "T × vocab_size"),
 ]

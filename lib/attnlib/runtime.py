@@ -7,6 +7,7 @@ import math
 import numbers
 import os
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -66,6 +67,8 @@ def setup(seed: int = 0) -> torch.device:
     """
     seed_everything(seed)
     torch.set_num_threads(1)
+    # transformers' progress bars (tqdm.auto) warn in a notebook without ipywidgets; the pages draw none
+    warnings.filterwarnings("ignore", message="IProgress not found")
     device = pick_device()
     if device.type != "cpu":
         # Accelerator kernels may pick non-deterministic algorithms; ask for deterministic ones (a warning where

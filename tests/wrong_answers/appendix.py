@@ -80,7 +80,7 @@ def flops_head_per_layer(T_past, T_q, d_model, h, L, d_ff, vocab_size):
 
 
 @wrong("ex-costs-cached-step", "check_chunk_flops",
-       "the cached K, V recomputed: projections over T_past + T_q tokens")
+       "the cached K, V recomputed: projections over T_past + T_q tokens", "kv-recomputed")
 def flops_recompute_projections(T_past, T_q, d_model, h, L, d_ff, vocab_size):
     T = T_past + T_q
     per_layer = 2 * T_q * d_model ** 2 + 4 * T * d_model ** 2 + 2 * T_q * d_model ** 2 \

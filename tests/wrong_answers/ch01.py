@@ -308,7 +308,8 @@ def embed_positions_second_axis(ids, E, PE):
     return E[ids] + PE[positions]
 
 
-@wrong("ex-01-positions-bug", "check_embed_with_positions", "positions reversed: T − 1 down to 0")
+@wrong("ex-01-positions-bug", "check_embed_with_positions", "positions reversed: T − 1 down to 0",
+       "reversed-positions")
 def embed_positions_reversed(ids, E, PE):
     T = ids.shape[-1]
     return E[ids] + PE[:T].flip(0)

@@ -182,7 +182,8 @@ def cross_swapped(X, X_kv, W_Q, W_KV, d_k):
     return X @ W_Q, KV[..., -d_k:], KV[..., :-d_k]
 
 
-@wrong("ex-02-cross", "check_cross_qkv", "interleaved split of the K/V product with a view (..., d_k, 2)")
+@wrong("ex-02-cross", "check_cross_qkv", "interleaved split of the K/V product with a view (..., d_k, 2)",
+       "dealt")
 def cross_interleaved(X, X_kv, W_Q, W_KV, d_k):
     KV = X_kv @ W_KV
     d_v = W_KV.shape[-1] - d_k
@@ -233,7 +234,7 @@ PREDICTIONS = [
     Wrong("ex-02-predict-params", "check_qkv_params", D * D + D, "one projection (Q) for all heads, not three",
           frozenset({"one-matrix"})),
     Wrong("ex-02-predict-params", "check_qkv_params", 3 * (D * DH) + 3 * D,
-          "weights of one head plus full-width biases"),
+          "weights of one head plus full-width biases", frozenset({"one-head-bias-width"})),
 ]
 
 WRONG = collect(globals()) + PREDICTIONS

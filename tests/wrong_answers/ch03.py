@@ -78,7 +78,7 @@ def fp16_always_half(Q, K):
     return ((Q / math.sqrt(Q.shape[-1])) @ K.transpose(-2, -1)).half()
 
 
-@wrong(*_FP16, "fourth root written d_k ** 1/4, which is d_k / 4, on both sides")
+@wrong(*_FP16, "fourth root written d_k ** 1/4, which is d_k / 4, on both sides", "scale-factor")
 def fp16_precedence(Q, K):
     r = Q.shape[-1] ** 1 / 4
     return (Q / r) @ (K / r).transpose(-2, -1)

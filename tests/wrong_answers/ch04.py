@@ -189,7 +189,7 @@ def sealed_sdpa(Q, K, V):
 
 
 @wrong("ex-04-sealed-head", "check_sealed_attention",
-       "loop over rows with the prefix K[:i], V[:i]: the row's own key left out")
+       "loop over rows with the prefix K[:i], V[:i]: the row's own key left out", "own-key-left-out")
 def sealed_loop_excludes_self(Q, K, V):
     T, d_k = Q.shape[-2], Q.shape[-1]
     rows = []

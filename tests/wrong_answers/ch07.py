@@ -182,7 +182,7 @@ def parallel_from_block_call(X, block):
     return block(X)
 
 
-@wrong("ex-07-parallel", "check_parallel_block", "the two branches averaged instead of added")
+@wrong("ex-07-parallel", "check_parallel_block", "the two branches averaged instead of added", "averaged")
 def parallel_branches_averaged(X, block):
     x = block.ln_1(X)
     return X + (block.attn(x) + block.mlp(x)) / 2

@@ -111,7 +111,7 @@ PREDICTIONS = [
     Wrong("ex-11-predict-nonzero", "check_nonzero_weights", sum(_T * n for n in _L), "every query reads all real keys",
           frozenset({"no-causal"})),
     Wrong("ex-11-predict-nonzero", "check_nonzero_weights", 147 // 2,
-          "about half of the 147, as the causal mask keeps"),
+          "about half of the 147, as the causal mask keeps", frozenset({"half-of-all"})),
 ]
 
 # --- ex-11-find-bug --------------------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def sink_and(T_q, T_k, window, n_sink):
 
 
 @wrong("ex-11-window", "check_sink_window_mask",
-       "sinks only, the window forgotten beyond the causal mask: causal | sinks")
+       "sinks only, the window forgotten beyond the causal mask: causal | sinks", "no-window")
 def sink_causal_or(T_q, T_k, window, n_sink):
     sinks = torch.arange(T_k) < n_sink
     return causal_mask(T_q, T_k, dtype=torch.bool) | sinks

@@ -24,7 +24,7 @@ def fp16_divide_by_dk(Q, K):
     return (Q / Q.shape[-1]) @ K.transpose(-2, -1)
 
 
-@wrong("ex-03-fp16-scores", "check_fp16_scores", "precedence slip: d_k ** 1/2 is d_k / 2, not √d_k")
+@wrong("ex-03-fp16-scores", "check_fp16_scores", "precedence slip: d_k ** 1/2 is d_k / 2, not √d_k", "scale-factor")
 def fp16_precedence(Q, K):
     d_k = Q.shape[-1]
     return (Q / d_k ** 1 / 2) @ K.transpose(-2, -1)
@@ -42,12 +42,13 @@ def fp16_upcast(Q, K):
     return Z.to(Q.dtype)
 
 
-@wrong("ex-03-fp16-scores", "check_fp16_scores", "takes d_k from the wrong axis: Q.shape[-2] (T_q)")
+@wrong("ex-03-fp16-scores", "check_fp16_scores", "takes d_k from the wrong axis: Q.shape[-2] (T_q)", "scale-factor")
 def fp16_wrong_axis(Q, K):
     return (Q / math.sqrt(Q.shape[-2])) @ K.transpose(-2, -1)
 
 
-@wrong("ex-03-fp16-scores", "check_fp16_scores", "transposes K with .T, which reverses every axis")
+@wrong("ex-03-fp16-scores", "check_fp16_scores", "transposes K with .T, which reverses every axis",
+       "every-axis-reversed")
 def fp16_dot_T(Q, K):
     return (Q / math.sqrt(Q.shape[-1])) @ K.T
 
@@ -141,7 +142,7 @@ def parallel_x_twice(X, block):
     return (X + block.attn(N)) + (X + block.mlp(N))
 
 
-@wrong("ex-07-parallel", "check_parallel_block", "the MLP reads X, not the normalised copy")
+@wrong("ex-07-parallel", "check_parallel_block", "the MLP reads X, not the normalised copy", "mlp-reads-X")
 def parallel_mlp_reads_x(X, block):
     return X + block.attn(block.ln_1(X)) + block.mlp(X)
 
@@ -152,13 +153,13 @@ def parallel_residual_normed(X, block):
     return N + block.attn(N) + block.mlp(N)
 
 
-@wrong("ex-07-parallel", "check_parallel_block", "the MLP reads the attention's output")
+@wrong("ex-07-parallel", "check_parallel_block", "the MLP reads the attention's output", "mlp-reads-attention")
 def parallel_mlp_after_attn(X, block):
     A = block.attn(block.ln_1(X))
     return X + A + block.mlp(A)
 
 
-@wrong("ex-07-parallel", "check_parallel_block", "attention called without the causal mask")
+@wrong("ex-07-parallel", "check_parallel_block", "attention called without the causal mask", "not-causal")
 def parallel_not_causal(X, block):
     N = block.ln_1(X)
     return X + block.attn(N, causal=False) + block.mlp(N)
@@ -172,15 +173,19 @@ heads_all_keys = Wrong(*_U, answer=0.5, made="spreads every row over all 2r keys
 heads_all_queries = Wrong(*_U, answer=math.log(2) / 2,
                           made="averages over all 2r queries, the first half scoring 0: c = ln 2 / 2",
                           names=frozenset({"all-queries"}))
-heads_midpoint = Wrong(*_U, answer=2 / 3, made="takes every second-half query as reading about 1.5 r keys: c = 2/3")
+heads_midpoint = Wrong(*_U, answer=2 / 3, made="takes every second-half query as reading about 1.5 r keys: c = 2/3",
+                       names=frozenset({"one-mean-count"}))
 heads_r_keys = Wrong(*_U, answer=1.0, made="takes every query as reading about r keys: c = 1",
                      names=frozenset({"one-block"}))
 heads_finite_r = Wrong(*_U, answer=1 / 5 + 1 / 6 + 1 / 7 + 1 / 8,
                        made="gives r × score at r = 4 (1/5 + … + 1/8), not the limit", names=frozenset({"page-demo"}))
 heads_score_not_c = Wrong(*_U, answer=sum(1 / k for k in range(17, 33)) / 16,
-                          made="gives the score itself at r = 16, not r × score")
-heads_inverse = Wrong(*_U, answer=1 / math.log(2), made="inverts the limit: c = 1 / ln 2")
-heads_log10 = Wrong(*_U, answer=math.log10(2), made="right sum, wrong logarithm: log10 2")
+                          made="gives the score itself at r = 16, not r × score",
+                          names=frozenset({"score-at-one-r"}))
+heads_inverse = Wrong(*_U, answer=1 / math.log(2), made="inverts the limit: c = 1 / ln 2",
+                      names=frozenset({"inverted"}))
+heads_log10 = Wrong(*_U, answer=math.log10(2), made="right sum, wrong logarithm: log10 2",
+                    names=frozenset({"log10"}))
 
 # --- ex-audit-labels ---------------------------------------------------------------------------------------------
 

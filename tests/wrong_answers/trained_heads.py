@@ -112,7 +112,7 @@ def as_floats(ids):
     return _shift_right(_same(ids, _strict(ids.shape[-1]))).float()
 
 
-@wrong(*ALL, "wrote it for one sequence: ids[:, None] == ids[None, :]")
+@wrong(*ALL, "wrote it for one sequence: ids[:, None] == ids[None, :]", "one-sequence")
 def one_row_only(ids):
     T = ids.shape[-1]
     return _shift_right((ids[:, None] == ids[None, :]) & _strict(T))

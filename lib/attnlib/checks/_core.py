@@ -194,21 +194,18 @@ def _float64_close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 # The shared family: right values, but the wrong dtype, device or precision. No checker writes its own.
-DTYPE = Mistake(
-    "dtype",
+DTYPE = Mistake("dtype",
     "{the} has the right values but dtype {got}, expected {want}. Where does a new dtype enter your "
     "computation: a tensor you create, a constant, numpy?",
     more="a tensor created without a dtype (torch.zeros, torch.tensor, a new module's weights) is float32, and "
          "writing into it keeps that dtype. Compute in a wider dtype where you need to, but give back the dtype "
          "that came in: float16 stays float16, and float64 is never lowered to float32.")
-DEVICE = Mistake(
-    "device",
+DEVICE = Mistake("device",
     "{the} is on {got}, expected {want}, the device of the inputs. Which tensor do you create without saying "
     "where it lives?",
     more="a tensor created without a device lives on the CPU (or, here, wherever you said): create it with the "
          "device of the inputs, or from one of them (zeros_like, new_zeros).")
-PRECISION = Mistake(
-    "precision",
+PRECISION = Mistake("precision",
     "{the} is float64 but holds only float32 accuracy{trip}. Where does your computation pass through float32: "
     "a tensor you create, a module's weights, a .float()?",
     more="numbers that pass through a float32 tensor keep only float32's seven digits, even when the result is "
@@ -228,7 +225,12 @@ def _difference(got, want, atol: float, where: str | None = None, strict: bool =
         if not isinstance(got, torch.Tensor):
             return "type", f"{the} should be a tensor, got {type(got).__name__}."
         if got.shape != want.shape:
-            return "shape", f"{the} has shape {tuple(got.shape)}, expected {tuple(want.shape)}."
+            shape = f"{the} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            if got.dim() < want.dim() and got.shape[-1:] == want.shape[-1:] and got.numel() == want.numel() \
+                    and not got.is_meta and _values_differ(got, want.reshape(got.shape), atol) is None:
+                return "flattened", f"{shape}: the right numbers, with the axes before the last merged into one. " \
+                                    "Where do you flatten the batch axes, and where do you put them back?"
+            return "shape", f"{shape}."
         if got.is_meta != want.is_meta:   # a meta tensor holds no values to compare
             return "device", DEVICE.hint.format(the=the, got=got.device, want=want.device)
         if got.dtype.is_complex != want.dtype.is_complex:
@@ -353,16 +355,14 @@ def _changed_in_place(fn: Callable, after: tuple, before: tuple, mutable: Sequen
     return None
 
 
-IN_PLACE = Mistake(
-    "in-place",
+IN_PLACE = Mistake("in-place",
     "your function changed its input {name} in place: after the call it no longer holds what was passed in, "
     "so the caller's tensor is changed too. Which line of yours writes into a tensor it was given?",
     more="your function changed its input {name} in place. Methods whose name ends in an underscore, "
          "augmented assignments such as += or -= on an input, and assignments through an index all write "
          "into the caller's tensor. Compute a new tensor instead and leave the inputs as they came.")
 
-SHARED = Mistake(
-    "shared-parameters",
+SHARED = Mistake("shared-parameters",
     "what you built shares its parameter {name} with the module that was passed in: training one would "
     "change the other. Did you copy the numbers, or hand over the same tensor?",
     more="the parameter {name} of what you built is the same storage as a parameter of the module passed "
@@ -415,8 +415,7 @@ def _same_failure(a: BaseException, b: BaseException) -> bool:
     return type(a) is type(b) and a.args == b.args
 
 
-FINITE = Mistake(
-    "finite",
+FINITE = Mistake("finite",
     "masked_fill refused your fill value on the float16 scores: it does not fit in float16. Which value "
     "blocks a score in every dtype?",
     more="float16's largest magnitude is about 65504, so a finite stand-in such as -1e9 (or float32's "
@@ -438,7 +437,8 @@ def _overflow_errors() -> list[BaseException]:
 _OVERFLOWS = _overflow_errors()
 
 
-STUB = Mistake("stub", "the function is still the stub: replace `raise NotImplementedError` with your code.")
+STUB = Mistake("stub", "the function is still the stub: it stops at `raise NotImplementedError`. Remove that line "
+                       "and write your code (in a Find-the-bug exercise, fix the code under it).")
 NONE = Mistake("none", "the function returned None: did you forget `return`?")
 NOT_CALLABLE = Mistake("not-callable", "pass a function, not a {kind}.")
 
@@ -697,8 +697,12 @@ def judge(fn: Callable, cases: Sequence[tuple] | Sequence[Group], reference: Cal
         return verdict
 
 
+RIGHT_VALUES = "the values are right"   # how a property's verdict about the method, not the numbers, begins
+
+
 def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Callable | None,
                  mistakes: Sequence[Mistake], success: str, properties: Callable | None = None) -> Verdict:
+    pending = None
     for case, atol in cases:
         got, e, args = run(case)
         if e is not None:
@@ -715,6 +719,8 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
                 verdict = properties(case, got, args, run.watches[id(case)])
             except Exception:  # noqa: BLE001 - a property that cannot be read says nothing
                 verdict = None
+            if verdict is not None and verdict.message.startswith(RIGHT_VALUES) and reference is not None:
+                pending, verdict = pending or verdict, None   # said once every case's values are right
             if verdict is not None:
                 return verdict
         shared = shared_parameters(got, args)
@@ -740,7 +746,7 @@ def _judge_cases(run: _Run, cases: Sequence[tuple[tuple, float]], reference: Cal
         smallest = _smallest_case(run, reference, atol) if label in ("values", "precision") else ""
         verdict = Verdict(False, message, label, ladder=(message, second, message + smallest if smallest else second))
         return _at_level(verdict, hint_level(), pointer=False)
-    return Verdict(True, success)
+    return pending or Verdict(True, success)
 
 
 # --- predictions ----------------------------------------------------------------------------------------------------

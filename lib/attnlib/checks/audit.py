@@ -84,8 +84,7 @@ def core_to_audit(Q, K, V):
 _LABELS_STUB = Mistake("stub", "write your prediction first: replace `...` with a set of labels, then run the cell.",
                        more="a prediction is a set of label strings from LABELS, such as {\"scale\"}.")
 # A label the learner added that the audit does not report: why it is not there.
-_EXTRA = {
-    "cached-step": "do a cached step's rows differ from the last rows of the full computation, or are both wrong "
+_EXTRA = {"cached-step": "do a cached step's rows differ from the last rows of the full computation, or are both wrong "
                    "in the same way?",
     "nan": "the NaN comes from a row that the code's own mask empties: which of the two NaN labels says so?",
     "leak": "which keys does each query keep after the fill: any key after its own?",

@@ -30,11 +30,15 @@ def _packed_cases() -> list[tuple[torch.Tensor]]:
         (torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2], [0, 0, 0, 0, 0, 1, 1, -1]]),),   # documents start at other columns
         (torch.tensor([[0, 0, 0, 0, 0, 1], [0, 1, 2, 3, 4, 5], [0, 0, 0, 0, -1, -1]]),),   # one-token documents
         (torch.tensor([[0, 0, 1, 1, 1, 1, -1, -1, -1]]),),                          # one row, three pads
+        (torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1]]),),         # a row's last id begins the next row: rows apart
     ]
 
 
-def _packed_positions(doc_ids, *, restart=True, start=0, pads="zero", early=False, shared=False):
-    """The positions, or a planted slip (``pads``: what a pad gets; ``shared``: every row cut as row 0 is)."""
+def _packed_positions(doc_ids, *, restart=True, start=0, pads="zero", early=False, shared=False, flat=False):
+    """The positions, or a planted slip (``pads``: what a pad gets; ``shared``: every row cut as row 0 is; ``flat``:
+    one count run over the rows laid end to end)."""
+    if flat:
+        return _packed_positions(doc_ids.reshape(1, -1), pads=pads).reshape(doc_ids.shape)
     d = doc_ids[:1].expand_as(doc_ids) if shared else doc_ids
     col = torch.arange(d.shape[-1]).expand_as(d)
     differs = d[:, 1:] != d[:, :-1]                                           # (B, T − 1)
@@ -67,6 +71,8 @@ _PACKED_MISTAKES = variants(_packed_positions, [
      "look at the last token of each document in yours, and the first of the next: where does your count restart?",
      "your count restarts one column early: comparing neighbours gives one flag fewer than columns, and the flag "
      "of a new document belongs at the column where the new id appears."),
+    ("across-rows", dict(flat=True), "does your count start again at each row, or run on from the row before?",
+     "each row is a sequence of its own: its first token starts a document, whatever id ended the row before."),
     ("shared-rows", dict(shared=True),
      "the first row is right in yours. Do the other rows start their documents at the same columns?",
      "you cut every row where the first row's documents start; each row's starts come from its own doc_ids."),
@@ -119,6 +125,10 @@ def _nonzero_guesses() -> list[Guess]:
          "the padding mask blocks every padding key for every query, the padding queries included."),
         ("no-self", "too low: does a query read its own key?", (n * (n - 1) / 2).sum(),
          "the causal mask blocks only the keys after a query; each real query reads itself too."),
+        *[("half-of-all", "too high: that is about half of every entry of P. Which keys does the padding mask "
+           "remove, besides the causal mask's half?", half, "the causal mask keeps a little over half of each T × T "
+           "table; the padding removes more: each prompt keeps only the triangle of its own real tokens.")
+          for half in (B * T * T / 2, B * T * T // 2, B * T * T // 2 + 1)],
     ]]
 
 
@@ -272,7 +282,7 @@ def _sink_window(T_q, T_k, window, n_sink, *, offset=0, keys=0, sinks="causal", 
     in_window = past & (j > i - window - keys - (n_sink if sinks == "widened" else 0))
     is_sink = j < n_sink + extra_sinks
     mask = {"causal": in_window | (past & is_sink), "always": in_window | is_sink, "and": in_window & is_sink,
-            "none": in_window, "widened": in_window, "no-window": past}[sinks]
+            "none": in_window, "widened": in_window, "no-window": past, "no-window-always": past | is_sink}[sinks]
     return {"bool": mask, "inverted": ~mask, "additive": torch.zeros(mask.shape).masked_fill(~mask, -math.inf)}[form]
 
 
@@ -292,6 +302,9 @@ _SINK_MISTAKES = variants(_sink_window, [
     ("no-window", dict(sinks="no-window"),
      "look at a query far from the start: does it read only its window and the sinks?",
      "your mask is the causal mask: between the sinks and the window, the keys must be blocked."),
+    ("no-window", dict(sinks="no-window-always"), "look at a query far from the start: does it read only its window "
+     "and the sinks?", "your mask is the causal mask with the sinks added to every row: between the sinks and the "
+     "window the keys must be blocked, and so must a sink in a query's future."),
     ("window-widened", dict(sinks="widened"),
      "look at a query far from the start: does it still read the first n_sink keys, or a longer window?",
      "you widened the window by n_sink keys; the sinks are the first n_sink keys, however far behind."),
@@ -312,14 +325,12 @@ _SINK_MISTAKES = variants(_sink_window, [
      "your mask is True where a key is blocked. Which convention does the exercise ask for?",
      "here, as in scaled_dot_product_attention, True means 'may attend'."),
     ("float-mask", dict(form="additive"),
-     "you returned an additive mask of 0 and −∞; the exercise asks for a boolean one, True where a key may be "
-     "read.",
+     "you returned an additive mask of 0 and −∞; the exercise asks for a boolean one, True where a key may be read.",
      "a float 0 / −∞ mask is added to the scores; the exercise asks for the boolean mask, which masked_fill and "
      "SDPA's attn_mask read directly."),
 ])
 
-FLOAT_01 = Mistake(
-    "float-01-mask",
+FLOAT_01 = Mistake("float-01-mask",
     "your mask has the right pattern but holds floats 0 and 1: would scaled_dot_product_attention block the "
     "zeros, or add the numbers to the scores?",
     more="a float attn_mask is ADDED to the scores: 0 and 1 block nothing, and masked_fill refuses a float mask. "

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..block import Block
-from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
+from ._core import Guess, Mistake, Verdict, _gen, _smallest_case, _third, checker, judge, judge_number, named, variants
 
 __all__ = ["check_mlp_in_chunks", "check_run_block", "check_parallel_block", "check_block_flops",
            "check_layer_norm_from_rms", "run_block_as_given"]
@@ -51,8 +51,7 @@ _mlp = lambda X, W_1, b_1, W_2, b_2, chunk: F.gelu(X @ W_1 + b_1) @ W_2 + b_2
 def _chunk_variant(X, W_1, b_1, W_2, b_2, chunk, *, act="gelu", gelu_on="hidden", b_2_each=False, tail=True,
                    width="W_1", whole=None):
     """The MLP in chunks of hidden columns; a switch off its default plants a mistake."""
-    f = {"gelu": F.gelu, "tanh-gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
-         "none": lambda t: t}[act]
+    f = {"gelu": F.gelu, "tanh-gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu, "none": lambda t: t}[act]
     d_ff = W_1.shape[1] if width == "W_1" else 4 * X.shape[-1]
     out = torch.zeros_like(X)
     for a in range(0, d_ff if tail else d_ff // chunk * chunk, chunk):
@@ -142,26 +141,25 @@ def _block_cases(layout=None):
     return cases
 
 
-def _block_variant(X, b, *, pre="right", post="right", swap_norms=False):
-    """Both layouts written out from b's parts; a switch off its default plants a mistake."""
-    ln_1, ln_2 = (b.ln_2, b.ln_1) if swap_norms else (b.ln_1, b.ln_2)
-    way = pre if b.norm == "pre" else {"right": "post", "pre": "right"}[post]
-    ln_1, ln_2 = {"no-norm": (torch.nn.Identity(),) * 2, "ln_1-for-mlp": (ln_1, ln_1)}.get(way, (ln_1, ln_2))
-    if way in ("right", "no-norm", "ln_1-for-mlp", "final-norm"):
-        H = X + b.attn(ln_1(X))
-        return ln_2(H + b.mlp(ln_2(H))) if way == "final-norm" else H + b.mlp(ln_2(H))
-    if way == "post":
-        H = ln_1(X + b.attn(X))
-        return ln_2(H + b.mlp(H))
-    if way == "roles-swapped":
-        H = ln_1(X) + b.attn(X)
-        return ln_2(H) + b.mlp(H)
-    if way == "mlp-reads-X":
-        return X + b.attn(ln_1(X)) + b.mlp(ln_2(X))
-    if way == "no-residual":
-        return b.mlp(ln_2(b.attn(ln_1(X))))
-    H = X + ln_1(b.attn(X))                              # "normed-output"
-    return H + ln_2(b.mlp(H))
+# one sublayer's line: (what it has, in words; the new stream from the stream s, its LayerNorm n, sublayer f, input X)
+_LINES = {"pre": ("the LayerNorm before the sublayer", lambda s, n, f, X: s + f(n(s))),
+          "post": ("the LayerNorm after the sum", lambda s, n, f, X: n(s + f(s))),
+          "normed-output": ("the LayerNorm on the sublayer's output", lambda s, n, f, X: s + n(f(s))),
+          "norm-after": ("a LayerNorm before the sublayer and one after the sum", lambda s, n, f, X: n(s + f(n(s)))),
+          "from-X": ("the output added to the block's input X, not the stream", lambda s, n, f, X: X + f(n(s))),
+          "reads-X": ("the sublayer reading the block's input X", lambda s, n, f, X: s + f(n(X))),
+          "no-norm": ("no LayerNorm", lambda s, n, f, X: s + f(s)),
+          "roles-swapped": ("the LayerNorm on the residual path", lambda s, n, f, X: n(s) + f(s)),
+          "no-residual": ("no residual", lambda s, n, f, X: f(n(s)))}
+
+
+def _block_variant(X, b, *, pre="pre", post="post", norms=None):
+    """Both layouts from b's parts, a line per sublayer (one name: both); a switch off its default plants a mistake."""
+    s, lines = X, pre if b.norm == "pre" else post
+    for line, norm, f in zip((lines,) * 2 if isinstance(lines, str) else lines, (norms or {}).get(b.norm, "12"),
+                             (b.attn, b.mlp)):
+        s = _LINES[line][1](s, getattr(b, f"ln_{norm}"), f, X)
+    return s
 
 
 _RUN_MISTAKES = [
@@ -174,7 +172,7 @@ _RUN_MISTAKES = [
          "two layouts apart?", "you compute Pre-Norm for every block; the Post-Norm branch was right as given."),
         ("pre-as-post", dict(pre="post"), "your Pre-Norm blocks get the Post-Norm formula: where does a Pre-Norm "
          "block normalise?", "a Pre-Norm block normalises each sublayer's input and adds its output to the stream."),
-        ("mlp-reads-X", dict(pre="mlp-reads-X"), "in your Pre-Norm branch, does the MLP see what attention has "
+        ("mlp-reads-X", dict(pre=("pre", "reads-X")), "in your Pre-Norm branch, does the MLP see what attention has "
          "just added to the stream?", "your MLP reads the block's input X instead of the middle stream H."),
         ("no-residual", dict(pre="no-residual"), "in your Pre-Norm branch, what is each sublayer's output added "
          "to?", "your Pre-Norm branch replaces the stream by each sublayer's output; the residuals are gone."),
@@ -184,12 +182,12 @@ _RUN_MISTAKES = [
          "your sublayers read the raw stream: the LayerNorm before each sublayer is gone."),
         ("roles-swapped", dict(pre="roles-swapped"), "in your Pre-Norm branch, which tensor does the sublayer "
          "read, and which does the residual carry?", "your sublayer reads the raw stream, the residual the copy."),
-        ("norms-swapped", dict(swap_norms=True), "does each sublayer get its own LayerNorm?",
+        ("norms-swapped", dict(norms=dict(pre="21", post="21")), "does each sublayer get its own LayerNorm?",
          "ln_1 belongs to attention and ln_2 to the MLP; you paired them the other way round."),
-        ("ln_1-for-mlp", dict(pre="ln_1-for-mlp"), "in your Pre-Norm branch, which LayerNorm reads the stream "
+        ("ln_1-for-mlp", dict(norms=dict(pre="11")), "in your Pre-Norm branch, which LayerNorm reads the stream "
          "before the MLP?", "you normalised the MLP's input with ln_1, attention's LayerNorm; the MLP has ln_2."),
-        ("final-norm", dict(pre="final-norm"), "your Pre-Norm blocks come out normalised: does a Pre-Norm block "
-         "normalise its output?", "a Pre-Norm block returns the stream as it is; ln_f follows the last block."),
+        ("final-norm", dict(pre=("pre", "norm-after")), "your Pre-Norm blocks come out normalised: does a Pre-Norm "
+         "block normalise its output?", "a Pre-Norm block returns the stream as it is; ln_f follows the last block."),
     ]),
 ]
 
@@ -197,13 +195,28 @@ CALLED_BLOCK = Mistake(
     "called-block", "the values are right, but the block computed itself: which of its four parts does each "
     "layout run, in which order?", more="your function calls block(X) (or block.forward); run ln_1, attn, ln_2 "
     "and mlp yourself.")
+LAYOUT = Mistake("layout", "{said}. Where does that layout put its LayerNorm, and what does its residual add to?",
+                 more="{said}: Pre-Norm normalises a sublayer's input, Post-Norm the sum added to the stream.")
 
 
-@checker(mistakes=[*_RUN_MISTAKES, CALLED_BLOCK])
+def _layouts(verdict, run) -> Verdict | None:
+    """Values that differ, named by the lines (of _LINES) that each layout's blocks match on all of its cases (where no
+    pair matches, or a result is no tensor of the block's shape, this raises and the first verdict stays)."""
+    said = []
+    for k in ("pre", "post") if verdict.mistake == "values" else ():
+        p = next(p for p in ((a, b) for a in _LINES for b in _LINES) if all(torch.allclose(
+            got, _block_variant(*c, **{k: p}), atol=1e-5) for c, got, _ in run.outputs() if c[1].norm == k))
+        bad = [f"{('attention', 'the MLP')[i]}'s line had {_LINES[line][0]}" for i, line in enumerate(p) if line != k]
+        bad = [f"both lines had {_LINES[p[0]][0]}"] if len(bad) == 2 and p[0] == p[1] else bad
+        said += [f"your {k.title()}-Norm blocks come out as if {' and '.join(bad)}"] if bad else []
+    return _third(named(LAYOUT, said="; ".join(said)), _smallest_case(run, run.reference, 1e-5)) if said else None
+
+
+@checker(mistakes=[*_RUN_MISTAKES, CALLED_BLOCK, LAYOUT])
 def check_run_block(fn) -> Verdict:
     """``fn(X, block)``: run_block_as_given fixed, block(X) from the block's four parts, either layout."""
     with torch.no_grad():
-        return judge(fn, _block_cases(), lambda X, block: block(X), _RUN_MISTAKES, watch=True,
+        return judge(fn, _block_cases(), lambda X, block: block(X), _RUN_MISTAKES, watch=True, diagnose=_layouts,
                      properties=_called(CALLED_BLOCK, "Block.forward", "calls"),
                      success="each sublayer reads a normalised copy in Pre-Norm and the stream in Post-Norm; "
                              "the residual path carries the stream itself.")
@@ -228,7 +241,11 @@ def _parallel_variant(X, b, *, way):
             "normed-residual": lambda: N + b.attn(N) + b.mlp(N),
             "no-residual": lambda: b.attn(N) + b.mlp(N),
             "no-norm": lambda: X + b.attn(X) + b.mlp(X),
-            "norm-after": lambda: b.ln_1(X + b.attn(X) + b.mlp(X))}[way]()
+            "norm-after": lambda: b.ln_1(X + b.attn(X) + b.mlp(X)),
+            "mlp-reads-X": lambda: X + b.attn(N) + b.mlp(X),
+            "mlp-reads-A": lambda: X + b.attn(N) + b.mlp(b.attn(N)),
+            "not-causal": lambda: X + b.attn(N, causal=False) + b.mlp(N),
+            "averaged": lambda: X + (b.attn(N) + b.mlp(N)) / 2}[way]()
 
 
 _SEQUENTIAL = ("does your MLP read what attention has just added? In this layout both sublayers read the same "
@@ -251,6 +268,14 @@ _PARALLEL_MISTAKES = variants(_parallel_variant, [
      "the LayerNorm is missing: both sublayers read ln_1's copy of X, as in Pre-Norm."),
     ("norm-after", dict(way="norm-after"), "does your block normalise its output? Where does the LayerNorm stand in "
      "a Pre-Norm layout?", "you normalised the sum, as Post-Norm does; here ln_1 normalises the sublayers' input."),
+    ("mlp-reads-X", dict(way="mlp-reads-X"), "does your MLP read the same input as attention?",
+     "your MLP reads X itself, attention the normalised copy; both read ln_1's copy of X."),
+    ("mlp-reads-attention", dict(way="mlp-reads-A"), "what does your MLP read: X's normalised copy, or what "
+     "attention made of it?", "your MLP reads attention's output A; in this layout it reads the copy attention reads."),
+    ("not-causal", dict(way="not-causal"), "may position 0 of your block's output change when a later token "
+     "changes?", "your attention reads every position, later ones too: the block's attention is causal."),
+    ("averaged", dict(way="averaged"), "by what does your block multiply the sum of the two outputs?",
+     "you averaged the two sublayers' outputs; each is added to X in full, as each is in the sequential block."),
 ])
 
 
@@ -291,7 +316,9 @@ def _flops_guesses(T: int, d_model: int, h: int, d_ff: int) -> list[Guess]:
         ("no-attention-products", right - scores, "too low, by a part that grows with T²: which products of "
          "attention have no weights?", "QKᵀ and the weighted sum of the values are matrix products too."),
         ("causal-half", right - scores + 2 * T * (T + 1) * d, *causal),
-        ("causal-half", right - scores // 2, *causal),
+        ("causal-half", right - scores // 2, "too low by half of attention's T × T part: does the plain backend skip "
+         "the masked pairs, and did you count both of its T × T products?", "the mask is added to a full T × T table "
+         "(no pair is skipped), and QKᵀ and the weighted sum of V each cost 2·T·T·d_model."),
         ("one-head", right - scores + scores // h, "a little too low, in attention's T × T part: did you count it "
          "for every head?", "each of the h = 4 heads computes its own scores and weighted sum, d_head = 12 wide."),
         ("d_model-per-head", right - scores + scores * h, "too high, in attention's T × T part: how wide is each "
@@ -341,7 +368,7 @@ _layer_norm_same_dtype = lambda X, gamma, beta: F.layer_norm(X, X.shape[-1:], ga
 
 
 def _from_rms_variant(X, gamma, beta, *, center=-1, eps=EPS, shift=True, gamma_inside=True, swap=False, axes=1,
-                      after=False, twice=False):
+                      after=False, twice=False, beta_first=False):
     """LayerNorm from torch's rms_norm; a switch off its default plants a mistake."""
     gamma, beta = (beta, gamma) if swap else (gamma, beta)
     Xc = X if center is None or after else X - X.mean(center, keepdim=True)
@@ -350,7 +377,7 @@ def _from_rms_variant(X, gamma, beta, *, center=-1, eps=EPS, shift=True, gamma_i
     else:
         Y = F.rms_norm(Xc, X.shape[-1:], gamma if gamma_inside and not after else None, eps=eps)
     Y = (Y - Y.mean(-1, keepdim=True)) * gamma if after else Y * gamma if twice else Y
-    return Y + beta if shift else Y
+    return (Y + beta) * gamma if beta_first else Y + beta if shift else Y
 
 
 _WRONG_AXES = ("change one token's vector: does only that token's output change? Over which axes does rms_norm "
@@ -373,6 +400,8 @@ _RMS_TABLE = variants(_from_rms_variant, [
      "gamma multiply it?", "gamma scales twice: as rms_norm's weight and once more by hand."),
     ("gamma-beta-swapped", dict(swap=True), "each row is normalised right, but scaled and shifted wrong: which of "
      "gamma and beta is the weight?", "you passed beta as the weight and added gamma; gamma is the scale."),
+    ("beta-first", dict(gamma_inside=False, beta_first=True), "each row is normalised right, but its shift is "
+     "scaled: in which order do gamma and beta act?", "you added beta before scaling by gamma, which scales beta too."),
     *[("center-wrong-axis", dict(center=c), *_CENTER_AXIS) for c in (-2, 0)],
     *[("rms-wrong-axes", dict(axes=a), *_WRONG_AXES) for a in (2, "tail")],
     ("centred-after", dict(after=True), "your rows have mean beta but the wrong spread: did you centre before "
@@ -389,5 +418,4 @@ def check_layer_norm_from_rms(fn) -> Verdict:
     """``fn(X, gamma, beta)``: LayerNorm (ε = 1e-5) made from torch's rms_norm."""
     return judge(fn, _rms_cases(), _layer_norm_same_dtype, _RMS_TABLE, watch=True,
                  properties=_called(CALLED_LAYER_NORM_RMS, "native_layer_norm"),
-                 success="centred first, RMSNorm is LayerNorm's division: its mean of squares is then the "
-                         "variance.")
+                 success="centred first, RMSNorm is LayerNorm's division: its mean of squares is then the variance.")

@@ -116,10 +116,8 @@ def _combination_mistake(bugs: tuple[int, ...]) -> Mistake:
     return Mistake(label, lead + hint, sublayer_with_bugs(*bugs), more=lead + more)
 
 
-_SUBLAYER_MISTAKES = [
-    _combination_mistake(bugs)
-    for n in range(len(_BUGS), 0, -1) for bugs in itertools.combinations(sorted(_BUGS), n)
-] + variants(_sublayer, [
+_SUBLAYER_MISTAKES = [_combination_mistake(bugs) for n in range(len(_BUGS), 0, -1)
+                      for bugs in itertools.combinations(sorted(_BUGS), n)] + variants(_sublayer, [
     ("q1-all-from-x", dict(kv_source="all-x"),
      "Q, K and V agree with one another, but which input does a Pre-Norm block hand to its attention?",
      "all three read X and skip LN₁; the attention of a Pre-Norm block reads the normalised input."),
@@ -267,8 +265,7 @@ _LINE_MISTAKES = {m.label: m for m in (_line_mistake(*row) if isinstance(row[0],
 _WHAT = {1: "Q, K and V", 2: "the scaled scores", 3: "the scaled scores with the mask added", 4: "P · V"}
 
 _SO_FAR = {2: "question 1", 3: "questions 1 and 2", 4: "questions 1, 2 and 3"}
-_CONFIRMED = {
-    1: "Q, K and V made from X instead of LN₁(X) at line 1 give GPT-2 without LN₁",
+_CONFIRMED = {1: "Q, K and V made from X instead of LN₁(X) at line 1 give GPT-2 without LN₁",
     2: "line 2's table transposed gives GPT-2 with W_Q and W_K swapped",
     3: "without line 3, GPT-2 computes what the library's GPT computes with causal=False",
     4: "P · K in place of line 4's P · V gives GPT-2 with W_V replaced by W_K",
@@ -319,8 +316,7 @@ def check_gpt2_lines(lines) -> Verdict:
 
 # --- GPT-2's code with a planted bug: which question catches it? ---------------------------------------------------
 
-WHICH_STUB = Mistake(
-    "stub", "say first which question catches each copy's bug: replace each ... with 1, 2, 3 or 4.",
+WHICH_STUB = Mistake("stub", "say first which question catches each copy's bug: replace each ... with 1, 2, 3 or 4.",
     more="find the changed line of each copy and ask which step of the path it belongs to: that is its question.")
 WHICH_NUMBER = Mistake(
     "not-a-question", "copy {letter}: the answer is the number of a question, 1, 2, 3 or 4; got {got}.",
@@ -449,8 +445,7 @@ _FIRST_BLOCK = ("first-block", dict(first=True),
                 "whatever l is, your answer is block 1's: a fixed index, or the first catch of hooks on every block.")
 _BLOCK_HOOKED = ("which module did you hook? A block returns its output X_l only; the weights come from one inside it.",
                  "the hook is on the whole block, whose output is X_l (B, T, d_model); hook its attention.")
-_WEIGHTS_MISTAKES = variants(_weights, [
-    _NEXT_BLOCK, _FIRST_BLOCK,
+_WEIGHTS_MISTAKES = variants(_weights, [_NEXT_BLOCK, _FIRST_BLOCK,
     ("block-output", dict(what="block"), *_BLOCK_HOOKED), ("block-output", dict(what="block-whole"), *_BLOCK_HOOKED),
     ("attention-output", dict(what="output"), "the attention module returns more than one thing: which is the weights?",
      "this is the attention's output (B, T, d_model), the first thing its forward returns; the weights come second."),
@@ -467,8 +462,7 @@ _WEIGHTS_MISTAKES = variants(_weights, [
      "you averaged the heads; the answer keeps one table per head, (B, h, T, T)."),
 ])
 _C_ATTN_ORDER = "in what order does c_attn lay out its 3·d_model columns: all of Q, then K, then V, or "
-_QKV_MISTAKES = variants(_qkv, [
-    _NEXT_BLOCK, _FIRST_BLOCK,
+_QKV_MISTAKES = variants(_qkv, [_NEXT_BLOCK, _FIRST_BLOCK,
     ("no-transpose", dict(heads="reshape"),
      "question 1: does row t of a head's queries come from position t's input alone? Compare with the unsplit Q.",
      "reading the projection's memory straight as heads mixes several positions' columns into one row: split the "
@@ -503,18 +497,30 @@ def _judge_spy(fn, reference, mistakes, success) -> Verdict:
     cases = [(model, torch.randint(0, 32, (1, 6), generator=g), 1),      # block 1 of one prompt,
              (model, torch.randint(0, 32, (2, 5), generator=g), 2)]      # block 2 of two
 
+    def learners_hooks():
+        """(hooks dict, key) of every hook on the model that is not transformers' own or the library's."""
+        for m in model.modules():
+            for hooks in (m._forward_hooks, m._forward_pre_hooks):
+                for key, h in list(hooks.items()):
+                    h = getattr(h, "func", h)
+                    code = getattr(h, "__code__", None) or getattr(h.__call__, "__code__", None)
+                    if code is None or not _in_library(code.co_filename):
+                        yield hooks, key
+
     @functools.wraps(fn)
     def watched(model, ids, l):
         try:
             return fn(model, ids, l)
-        finally:   # transformers keeps hooks of its own
-            hooks = [getattr(h, "func", h) for m in model.modules()
-                     for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
-            codes = [getattr(h, "__code__", None) or getattr(h.__call__, "__code__", None) for h in hooks]
-            left.extend(c for c in codes if c is None or not _in_library(c.co_filename))
+        finally:
+            for hooks, key in list(learners_hooks()):
+                left.append(key)
+                del hooks[key]      # the next call, and the next check, start from a clean model
 
     with _one_thread():
         verdict = judge(watched if callable(fn) else fn, cases, reference, mistakes, success=success)
+        if verdict.ok and not left:   # a pass that fails (an ID the model has no row for) must not leave one either
+            with contextlib.suppress(Exception):
+                watched(model, torch.full((1, 3), model.config.vocab_size), 1)
     return named(HOOK_LEFT) if verdict.ok and left else verdict
 
 

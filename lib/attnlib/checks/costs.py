@@ -21,8 +21,7 @@ from ._core import Guess, Mistake, Verdict, _gen, checker, judge, judge_number, 
 __all__ = ["check_cache_outgrows_weights", "check_chunk_flops", "GPT2_SERVING"]
 
 # GPT-2 small (its head tied to the token table) serving B = 8 sequences at once, weights and KV cache in float16
-GPT2_SERVING = {"L": 12, "d_model": 768, "h": 12, "vocab_size": 50257, "max_T": 1024, "params": 124_439_808,
-                "B": 8}
+GPT2_SERVING = {"L": 12, "d_model": 768, "h": 12, "vocab_size": 50257, "max_T": 1024, "params": 124_439_808, "B": 8}
 
 
 # --- predict: when the cache outgrows the weights ------------------------------------------------------------------
@@ -82,25 +81,23 @@ def _measured_chunk_flops(T_past, T_q, d_model, h, L, d_ff, vocab_size) -> torch
 
 
 def _chunk(T_past, T_q, d_model, h, L, d_ff, vocab_size, *, own_keys=True, entries="all", heads=1,
-           layers=True, head_rows="all", mlp=True, width="d_ff", per="flop", rows="all", products=4):
+           layers=True, head_rows="all", mlp=True, width="d_ff", per="flop", rows="all", products=4, kv_past=0):
     """The FLOPs (the defaults), or the count with a planted slip: score ``entries`` "all", "kept" (the mask's
     triangle), "new" (T_q²) or "square" (T_k²); ``head_rows`` "all", "last", "none" or "blocks" (in every block);
-    ``products``: a block's d_model × d_model products (W_Q, W_K, W_V, W_O)."""
+    ``products``: a block's d_model × d_model products (W_Q, W_K, W_V, W_O), ``kv_past`` of them run on the past."""
     d = d_model
     q = 1 if rows == "one" else T_q
     T_k = T_past + T_q if own_keys else T_past
-    table = {"all": q * T_k, "kept": T_q * T_past + T_q * (T_q + 1) // 2, "square": T_k * T_k,
-             "new": q * T_q}[entries]
+    table = {"all": q * T_k, "kept": T_q * T_past + T_q * (T_q + 1) // 2, "square": T_k * T_k, "new": q * T_q}[entries]
     ff = d_ff if width == "d_ff" else 4 * d
     attn = 4 * table * d * {1: 1, "h": h, "one": 1 / h}[heads]
-    block = 2 * q * products * d * d + attn + (4 * q * d * ff if mlp else 0)
+    block = 2 * (q * products + T_past * kv_past) * d * d + attn + (4 * q * d * ff if mlp else 0)
     n_head = {"all": q, "last": 1, "none": 0, "blocks": q * (L if layers else 1)}[head_rows]
     n = (L if layers else 1) * block + 2 * n_head * d * vocab_size
     return torch.tensor(float(n / 2 if per == "madd" else n), dtype=torch.float64)
 
 
-_CHUNK_MISTAKES = [
-    Mistake("no-cache", "too high, and it grows with the whole sequence: which rows go through the "
+_CHUNK_MISTAKES = [Mistake("no-cache", "too high, and it grows with the whole sequence: which rows go through the "
             "projections and the MLP in a cached step?",
             lambda t, n, d, h, L, ff, V: torch.tensor(float(model_flops(1, t + n, d, h, L, V, ff)["model"]),
                                                       dtype=torch.float64),
@@ -123,6 +120,8 @@ _CHUNK_MISTAKES = [
          "many times does the output head run?", "the head turns X_L into logits once, after the last block."),
         ("times-h", dict(heads="h"), "the attention part is h times too large: what do h heads of width d_head "
          "cost together?", "the heads split d_model into h slices; together they cost one head of width d_model."),
+        ("kv-recomputed", dict(kv_past=2), "too high, by an amount that grows with T_past: which rows go "
+         "through W_K and W_V in a cached step?", "the cache holds the past's K and V: only new rows are projected."),
         ("one-layer", dict(layers=False), "too low, by about a factor L: how many blocks do the new tokens go "
          "through?", "each of the L blocks does the same work for the new rows; only the head comes once."),
         ("no-head", dict(head_rows="none"), "too low, by an amount that grows with vocab_size: what turns the last "

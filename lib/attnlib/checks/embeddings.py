@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..position import rope_angles, sinusoidal_positions
-from ._core import Mistake, Verdict, _gen, checker, judge, named, variants
+from ._core import Group, Mistake, Verdict, _gen, checker, judge, named, variants
 
 __all__ = ["check_lookup_grad", "check_shift_matrix", "check_rotate_halves", "check_embed_with_positions"]
 
@@ -41,8 +41,7 @@ def _lookup_grad(ids, dX, vocab_size, *, reduce="sum", per_sentence=False, rows_
     return dE
 
 
-_GRAD_MISTAKES = [
-    *variants(_lookup_grad, [
+_GRAD_MISTAKES = [*variants(_lookup_grad, [
         ("mean", {"reduce": "mean"}, "if E[3] is read three times, how do the three gradients combine in yours?",
          "you averaged a repeated token's gradients; each position that reads row t adds its own term."),
         ("per-sentence", {"per_sentence": True}, "your result has one gradient per sentence: what shape has E's?",
@@ -165,6 +164,7 @@ def _rotate_halves(x, theta, *, sign=1, layout="halves", angles="given", per_col
     T, d = x.shape[-2], x.shape[-1]
     if angles == "own":
         theta = rope_angles(T, d)
+    theta = theta.to(x.dtype) if angles == "cast" else theta   # rounded before cos and sin see it
     cos, sin = theta.cos().to(x.dtype), sign * theta.sin().to(x.dtype)
     if layout == "neighbours":
         a, b = x[..., 0::2], x[..., 1::2]
@@ -184,6 +184,8 @@ def _rotate_cases() -> list[tuple]:
         (torch.randn(2, 3, 4, 6, generator=g), (torch.rand(4, 3, generator=g) * 2 - 1) * math.pi),   # any angles
         (torch.randn(3, 4, generator=g, dtype=torch.float64),
          (torch.rand(3, 2, generator=g, dtype=torch.float64) * 2 - 1) * math.pi),
+        (torch.randn(2, 4, 32, generator=g), rope_angles(4, 32, offset=3000)),   # far positions: large angles
+        (torch.randn(3, 4, 8, generator=g, dtype=torch.float16), rope_angles(4, 8, offset=3000)),   # last: float16
     ]
 
 
@@ -201,6 +203,10 @@ _ROTATE_MISTAKES = [
         ("interleaved-angles", {"per_column": "interleaved"},
          "some pairs get another pair's angle: which angle does f + d/2 get?",
          "you gave column c the angle of pair c // 2; here both columns f and f + d/2 turn by theta[t, f]."),
+        ("low-precision-angles", {"angles": "cast"}, "right near the start, off at positions in the thousands: "
+         "in which dtype are your angles when cos and sin see them?", "an angle of a few thousand radians keeps "
+         "about three decimals in float32 and none in float16, so its cosine and sine come out wrong. Take cos and "
+         "sin of theta as it arrives; only their results go to x's dtype."),
         ("halves-swapped", {"swapped": True},
          "your halves come back in the other order: which holds the new first coordinates?",
          "coordinate f of the result is pair f's new first coordinate, and f + d/2 its new second one."),
@@ -229,7 +235,8 @@ def _pair_lengths(t):
 def _rotate_diagnose(verdict: Verdict, results) -> Verdict | None:
     outputs = results.outputs()
     if verdict.mistake == "values" and all(e is None and isinstance(got, torch.Tensor) and got.shape == case[0].shape
-                                           and torch.allclose(_pair_lengths(got), _pair_lengths(case[0]), atol=1e-4)
+                                           and torch.allclose(_pair_lengths(got), _pair_lengths(case[0]),
+                                                              8 * torch.finfo(got.dtype).eps, 1e-4)
                                            for case, got, e in outputs):
         return named(ROTATE_ANGLES)
     if verdict.mistake == "dtype" and any(x.dtype != theta.dtype and isinstance(got, torch.Tensor)
@@ -241,9 +248,10 @@ def _rotate_diagnose(verdict: Verdict, results) -> Verdict | None:
 @checker(mistakes=[*_ROTATE_MISTAKES, ANGLES_DTYPE, ROTATE_ANGLES])
 def check_rotate_halves(fn) -> Verdict:
     """``fn(x, theta)``: x (..., T, d), theta (T, d/2) → x with each pair (x[f], x[f + d/2]) rotated by theta."""
-    return judge(fn, _rotate_cases(), _rotate_halves, _ROTATE_MISTAKES, diagnose=_rotate_diagnose,
-                 success="every pair (f, f + d/2) is rotated by the angle it was given, in x's dtype, and x "
-                         "is left as it came.")
+    cases = _rotate_cases()
+    return judge(fn, [Group(cases[:-1], 1e-5), Group(cases[-1:], 1e-2)], _rotate_halves, _ROTATE_MISTAKES,
+                 diagnose=_rotate_diagnose, success="every pair (f, f + d/2) is rotated by the angle it was given, in "
+                 "x's dtype, near the start and thousands of positions on, and x is left as it came.")
 
 
 # --- find the bug: X₀ = E[ids] + PE[positions], written with the positions counted through the whole batch ------------
@@ -264,12 +272,12 @@ def _positions_cases() -> list[tuple]:
 
 def _positions_reference(ids, E, PE, *, positions="each-sentence"):
     T = ids.shape[-1]
-    rows = {
-        "each-sentence": lambda: PE[:T],
+    rows = {"each-sentence": lambda: PE[:T],
         "flat": lambda: PE[torch.arange(ids.numel()).view(ids.shape)],
         "first-axis": lambda: PE[: ids.shape[0]],
         "by-id": lambda: PE[ids],
         "from-one": lambda: PE[1: T + 1],
+        "reversed": lambda: PE[:T].flip(0),
         "float": lambda: PE[torch.arange(T, dtype=torch.float32)],
         "own": lambda: sinusoidal_positions(T, E.shape[-1]),
         "second-axis": lambda: PE[: ids.shape[1]],
@@ -295,6 +303,8 @@ _POSITIONS_MISTAKES = variants(_positions_reference, [
      "PE is indexed by position: position t gets row t of PE whatever token stands there."),
     ("from-one", {"positions": "from-one"}, "each token got its right neighbour's position: where do sentences start?",
      "your positions start at 1; the first token of a sentence is at position 0."),
+    ("reversed-positions", {"positions": "reversed"}, "the last token got position 0: which way do your positions "
+     "count?", "your positions run from T − 1 down to 0; the first token of a sentence is at position 0."),
     ("float", {"positions": "float"}, "your positions cannot pick rows of a table: what dtype must an index have?",
      "your positions are a float tensor; tensors that index rows must be integer (int64)."),
     ("no-positions", {"positions": "none"}, "your result is the token embeddings alone: where did the positions go?",

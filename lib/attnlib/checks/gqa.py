@@ -266,8 +266,7 @@ def _pooled_summary(mha, h_kv, x, *, how="mean"):
     return _summary(_pooled(mha, h_kv, how), x)
 
 
-_POOL_MISTAKES = variants(_pooled_summary, [
-    ("sum", dict(how="sum"),
+_POOL_MISTAKES = variants(_pooled_summary, [("sum", dict(how="sum"),
      "your key and value heads are h / h_kv times too large. Is a new head the sum of its group or its mean?",
      "you summed the heads of each group; the exercise asks for the mean: divide by the group size h / h_kv."),
     ("strided-groups", dict(how="strided"),

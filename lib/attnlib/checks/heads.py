@@ -98,9 +98,8 @@ _WRITES_MISTAKES = [*variants(_writes_variant, [
 @checker(mistakes=_WRITES_MISTAKES)
 def check_per_head_writes(fn) -> Verdict:
     """Check ``fn(O, W_O)``: O (B, h, T, d_v) and the layer's nn.Linear W_O → (B, h, T, d_model), head n's term."""
-    return judge(fn, _writes_cases(), _writes_reference, _WRITES_MISTAKES,
-                 success="each head's term reads its own block of d_v rows of W_O; summed over the heads, plus the "
-                         "bias once, they are the layer's output.")
+    return judge(fn, _writes_cases(), _writes_reference, _WRITES_MISTAKES, success="each head's term reads its own "
+                 "block of d_v rows of W_O; summed over the heads, plus the bias once, they are the layer's output.")
 
 
 # -------------------------------------------------------------------------------------------------- heads-first
@@ -220,9 +219,8 @@ _HF_MISTAKES = [*variants(_hf_variant, [
 def check_heads_first(fn) -> Verdict:
     """Check ``fn(X, W_Q, W_K, W_V, W_O)``: X (B, T, d_model) → (B, T, d_model), causal, no biases; W_Q, W_K
     (h, d_model, d_k), W_V (h, d_model, d_v), W_O (h, d_v, d_model), with d_k ≠ d_v."""
-    return judge(fn, _hf_cases(), _heads_first_reference, _HF_MISTAKES,
-                 success="every head scales by its own d_k, reads its own slices, and W_O adds the heads up, "
-                         "whatever the widths.")
+    return judge(fn, _hf_cases(), _heads_first_reference, _HF_MISTAKES, success="every head scales by its own d_k, "
+                 "reads its own slices, and W_O adds the heads up, whatever the widths.")
 
 
 # --------------------------------------------------------------------------------------- predict: parameters
@@ -344,8 +342,7 @@ def _folded_cases():
 
 _ONE_SEQUENCE = lambda case: case[0].shape[0] == 1   # the case where the given code is right
 
-_FOLD_MISTAKES = [
-    Mistake("unchanged",
+_FOLD_MISTAKES = [Mistake("unchanged",
             "this is still the function as given: right on one sequence, wrong on a batch. Entry e of the folded "
             "axis B·h: which sequence and head does the fold put there, and which does the unfolding read?",
             buggy_folded_attention,
@@ -358,11 +355,9 @@ _FOLD_MISTAKES = [
          "only the head axis and the position axis trade places."),
         ("merge-no-transpose", dict(merge="reshape"),
          "each head now comes back to its own sequence. Is row t of your merged tensor still position t?",
-         "you joined the heads with a reshape while the head axis stood before the position axis. "
-         + _NO_TRANSPOSE),
+         "you joined the heads with a reshape while the head axis stood before the position axis. " + _NO_TRANSPOSE),
         ("both-swapped", dict(fold="h B", unfold="B h"),
-         "you changed both the fold and the unfolding. Does your unfolding read B·h in the order your fold "
-         "wrote it?",
+         "you changed both the fold and the unfolding. Does your unfolding read B·h in the order your fold wrote it?",
          "you now fold with the heads outer and unfold with the sequences outer: the same mismatch, reversed."),
         *(("fold-by-reshape", dict(fold="reshape", unfold=unfold),
            "is row i of one folded head still position i, and are its numbers one head's slice?",

@@ -38,13 +38,13 @@ def _packed_reference(doc_ids):
     return same & causal_mask(doc_ids.shape[-1], dtype=torch.bool)    # and j ≤ i
 
 
-def _planted_packed(doc_ids, *, causal: str = "past", documents: bool = True, form: str = "bool",
-                    expand: bool = True):
-    """The mask, or a planted slip: ``causal`` "past" (j ≤ i), "strict", "future" or "none"; ``documents`` False
-    ignores them (with ``expand`` False one (T, T) table); ``form`` "bool", "blocked" or "additive"."""
+def _planted_packed(doc_ids, *, causal: str = "past", documents: bool = True, form: str = "bool", expand: bool = True):
+    """The mask, or a planted slip: ``causal`` "past" (j ≤ i), "strict", "future", "after" (j > i) or "none";
+    ``documents`` False ignores them (``expand`` False: one (T, T) table); ``form`` "bool", "blocked", "additive"."""
     T = doc_ids.shape[-1]
     ones = torch.ones(T, T, dtype=torch.bool)
-    allowed = {"past": ones.tril(), "strict": ones.tril(-1), "future": ones.triu(), "none": ones}[causal]
+    allowed = {"past": ones.tril(), "strict": ones.tril(-1), "future": ones.triu(), "none": ones,
+               "after": ones.triu(1)}[causal]
     if documents:
         allowed = allowed & (doc_ids[..., :, None] == doc_ids[..., None, :])
     elif expand:
@@ -62,6 +62,10 @@ _PACKED_MISTAKES = variants(_planted_packed, [
      "your mask lets every token read its whole document, its future included; it must be causal as well."),
     ("wrong-triangle", {"causal": "future"}, "rows are queries, columns keys: does your True fall on a query's past?",
      "your mask lets each token read its document's future, not its past: True lies on and below the diagonal."),
+    ("future-only", {"causal": "after"}, "your mask lets a token read only the later tokens of its document, not "
+     "itself nor its past. What does each entry of the float causal mask become as a boolean?", "a float mask "
+     "turned into booleans is True wherever it is nonzero: its −inf, the blocked future, becomes True, and its 0s, "
+     "the diagonal and the past, False. The boolean mask is True on and below the diagonal."),
     ("diagonal-blocked", {"causal": "strict"}, "may a token attend to itself? Look at each document's first token.",
      "your mask blocks the diagonal; a document's first token then has no key at all, and NaN after softmax."),
     ("blocked-convention", {"form": "blocked"},
@@ -73,14 +77,12 @@ _PACKED_MISTAKES = variants(_planted_packed, [
      "you returned an additive float mask (0 and -inf); the exercise asks for the boolean one."),
 ])
 
-NOT_BOOLEAN = Mistake(
-    "not-boolean",
+NOT_BOOLEAN = Mistake("not-boolean",
     "the right pairs are marked, but as numbers in a {dtype} tensor. What does scaled_dot_product_attention do "
     "with a mask that is not boolean?",
     more="SDPA adds a mask that is not boolean to the scores: your 1s would raise the allowed scores by 1 and your "
          "0s block nothing. Return a boolean tensor.")
-BATCH_AXES = Mistake(
-    "batch-axes",
+BATCH_AXES = Mistake("batch-axes",
     "right for doc_ids of shape {good}, not for shape {bad}. Does your code pair up the tokens of one row only, "
     "whatever axes come before the last one?",
     more="your code takes another axis for the token axis, or needs a fixed number of leading axes: compare the "
@@ -173,8 +175,7 @@ _CHUNK_MISTAKES = variants(_planted_chunk, [
      "you multiplied the scores by a 0/1 mask; exp(0) = 1, so a zeroed score still gets weight."),
 ])
 
-UPCAST = Mistake(
-    "upcast",
+UPCAST = Mistake("upcast",
     "the weights are right, but they come back as {got} for {want} scores. Which of your tensors has another "
     "dtype than the scores, and what does combining the two give?",
     more="adding a mask or constant of another dtype promotes the sum (float16 plus float32 gives float32): build "
@@ -194,9 +195,8 @@ def check_chunk_weights(fn) -> Verdict:
     """Check ``fn(Z, start) -> P``: Z (..., T_q, T_k), queries at positions start … → P (..., T_q, T_k)."""
     return judge(fn, [Group(_chunk_cases(), 1e-5), Group(_chunk_half_cases(), 3e-3)], _chunk_reference,
                  _CHUNK_MISTAKES, diagnose=_dtype_look,
-                 success="query i of the chunk reads the keys up to position start + i and no later one, "
-                         "every row sums to 1, and float16 scores give float16 weights (a middle, the last "
-                         "and the first chunk).")
+                 success="query i of the chunk reads the keys up to position start + i and no later one, every row "
+                         "sums to 1, and float16 scores give float16 weights (a middle, the last and the first chunk).")
 
 
 # --- extend: a causal head no later NaN or inf reaches (a row that reads one may be NaN, as alone) --------------------
@@ -225,13 +225,14 @@ def _planted_sealed(Q, K, V, *, mask="fill", values="sealed", scale="d_k", dim=-
     ``scale``: the width whose square root divides the scores."""
     T, d_k = Q.shape[-2], Q.shape[-1]
     root = {"d_k": d_k, "T": T, "d_v": V.shape[-1], "none": 1}[scale] ** 0.5
-    future = torch.ones(T, T, dtype=torch.bool).triu(1 if mask != "strict" else 0)      # (T, T)
+    future = torch.ones(T, T, dtype=torch.bool).triu(0 if mask in ("strict", "before") else 1)   # (T, T)
+    future[0, 0] = mask == "strict"                     # "before": keys before i, and key 0 for row 0
     if values == "cleaned-all":
         K = K.masked_fill(~K.isfinite(), 0.0)
     Z = Q @ K.transpose(-2, -1) / root                                                   # (..., T, T)
     if mask == "add":
         Z = Z + torch.zeros(T, T, dtype=Z.dtype).masked_fill(future, _NEG_INF)
-    elif mask in ("fill", "strict"):
+    elif mask in ("fill", "strict", "before"):
         Z = Z.masked_fill(future, _NEG_INF)
     P = torch.softmax(Z, dim=dim)
     if mask == "after":
@@ -276,6 +277,8 @@ _SEALED_MISTAKES = variants(_planted_sealed, [
 _HEAD_SLIPS = variants(_planted_sealed, [
     ("diagonal-blocked", {"mask": "strict"}, "may position i read its own key? Look at row 0.",
      "your mask also blocks the diagonal: position 0 has nothing left to read, and every row loses its own key."),
+    ("own-key-left-out", {"mask": "before"}, "does row i read its own key? Compare row 1 with what its prefix "
+     "alone gives.", "your row i reads the keys before position i only; its prefix, keys 0 … i, includes its own."),
     ("scale-T", {"scale": "T"},
      "your output is off on a clean input too: which width divides the scores, and why that one?",
      "you scaled the scores by √T; the scale is √d_k, the width of the vectors in each dot product."),

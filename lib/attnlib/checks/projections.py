@@ -49,39 +49,31 @@ def _load_reference(ckpt, flip=False):
     return tuple(X @ (ckpt[f"W_{n}"].T if flip else ckpt[f"W_{n}"]) + ckpt[f"b_{n}"] for n in _NAMES)
 
 
-LOAD_NOT_A_MODULE = Mistake(
-    "not-a-module",
+LOAD_NOT_A_MODULE = Mistake("not-a-module",
     "your function returned a {got}, not a layer: what should a loaded checkpoint become, to be called on X?",
     more="return the new module itself, with the checkpoint's numbers in its layers; the checker calls it on an "
          "input X and expects (Q, K, V).")
-LOAD_DTYPE = Mistake(
-    "module-dtype",
+LOAD_DTYPE = Mistake("module-dtype",
     "your layers hold {have} numbers, the checkpoint {want}. What dtype does a new nn.Linear get when nobody says?",
     more="nn.Linear is created in torch's default dtype, float32, and copying float64 numbers into it rounds them "
          "silently: create or convert the module in the checkpoint's dtype.")
-LOAD_SHARED = Mistake(
-    "shared-checkpoint",
+LOAD_SHARED = Mistake("shared-checkpoint",
     "your layer's parameter {name} is the checkpoint's own memory: training the layer would change the "
     "checkpoint. Did you copy the numbers, or hand over the tensor?",
-    more="your parameter {name} shares storage with a checkpoint tensor: nn.Parameter around it (or its "
-         "transpose, a view) shares it, and so does assigning to .data. Copy the values into the layer's own "
-         "parameters.")
-LOAD_NO_TRANSPOSE = Mistake(
-    "no-transpose",
+    more="your parameter {name} shares storage with a checkpoint tensor: nn.Parameter around it (or its transpose, a "
+         "view) shares it, and so does assigning to .data. Copy the values into the layer's own parameters.")
+LOAD_NO_TRANSPOSE = Mistake("no-transpose",
     "with the square checkpoint your module runs but computes other numbers. In which orientation does "
     "nn.Linear keep its weight, and the checkpoint W?",
     functools.partial(_load_reference, flip=True), where=lambda case: len(set(case[0]["W_Q"].shape)) == 1,
     more="you copied the book's W (d_model × d) into nn.Linear's weight as it is; nn.Linear keeps its weight as "
          "out × in and multiplies by its transpose.")
-LOAD_BIAS = Mistake(
-    "bias",
+LOAD_BIAS = Mistake("bias",
     "the weights are right, but every row of your {which} is off by the same vector: what does the checkpoint add "
     "after the product?",
     more="your layers' biases are not the checkpoint's (left at their start values, or none): each layer needs a "
          "bias holding b_Q, b_K or b_V.")
-LOAD_OUTPUT = Mistake(
-    "output",
-    "your module, called on X, returned {got}. What should one call of it give?",
+LOAD_OUTPUT = Mistake("output", "your module, called on X, returned {got}. What should one call of it give?",
     more="calling the module on X must return three tensors, (Q, K, V), as the library's Projections does.")
 
 
@@ -139,8 +131,7 @@ def check_load_projections(fn) -> Verdict:
 
 def _fused_cases() -> list[tuple]:
     g = _gen(21)
-    return [
-        (torch.randn(5, 6, generator=g), torch.randn(6, 3 * 4, generator=g), 4),
+    return [(torch.randn(5, 6, generator=g), torch.randn(6, 3 * 4, generator=g), 4),
         (torch.randn(2, 3, 8, generator=g), torch.randn(8, 3 * 2, generator=g), 2),
         (torch.randn(2, 2, 4, 5, generator=g, dtype=torch.float64),                   # two batch axes, float64
          torch.randn(5, 3 * 3, generator=g, dtype=torch.float64), 3),
@@ -157,7 +148,9 @@ def _planted_split(X, W_QKV, d_k, *, order=(0, 1, 2), cut="blocks"):
         "rows": lambda: QKV.chunk(3, dim=-2),
         "threes": lambda: QKV.split(3, dim=-1),
         "front": lambda: QKV.reshape(3, *lead, d_k).unbind(0),
-        "early": lambda: [QKV[..., max(i * d_k - 1, 0):max(i * d_k - 1, 0) + d_k] for i in range(3)],
+        "axis-1": lambda: QKV.split(d_k, dim=1),                # axis 1: the columns of one table only
+        "axis-1-thirds": lambda: QKV.chunk(3, dim=1),
+        "axis-1-slices": lambda: [QKV[:, i * d_k:(i + 1) * d_k] for i in range(3)],
         "swap-first": lambda: QKV.view(*lead, 3, d_k).transpose(0, -2).unbind(0),
         "unbind-last": lambda: QKV.view(*lead, 3, d_k).unbind(-1),
     }[cut]()
@@ -177,13 +170,13 @@ _FUSED_MISTAKES = variants(_planted_split, [
      "the blocks came out reversed: the columns of W_QKV are [W_Q | W_K | W_V], read left to right."),
     ("kv-swapped", {"order": (0, 2, 1)}, "your K is V's, your V is K's: in what order do you return them?",
      "K and V came out swapped: the columns of W_QKV are [W_Q | W_K | W_V], returned as (Q, K, V)."),
-    ("off-by-one", {"cut": "early"}, "your K and V start one column early: is the end of a slice included?",
-     "block i holds columns i·d_k up to, not including, (i + 1)·d_k: the next block starts where the previous "
-     "slice ended."),
+    *[("axis-1", {"cut": cut}, "right for one table (T, d_model), wrong with batch axes in front: which axis of the "
+       "product holds the columns of W_Q, W_K and W_V then?", "axis 1 holds the columns of a single table only; "
+       "with batch axes in front it is another axis. The three blocks sit side by side in the last axis, whatever "
+       "axes come before it.") for cut in ("axis-1", "axis-1-thirds", "axis-1-slices")],
     ("batch-axis", {"cut": "swap-first"},
      "right for a single sequence, wrong with a batch axis: after your view, which axis do you swap with the axis "
-     "of size 3?",
-     "swapping it with axis 0 puts it in front only without a batch axis; take the three blocks from the "
+     "of size 3?", "swapping it with axis 0 puts it in front only without a batch axis; take the three blocks from the "
      "second-last axis, counted from the end."),
     ("rows", {"cut": "rows"}, "each of your Q, K and V holds a third of the positions: along which axis do they sit?",
      "you cut along the positions (T); the projections sit side by side in the last axis, each keeping all T."),
@@ -198,12 +191,32 @@ _FUSED_MISTAKES = variants(_planted_split, [
      "viewing the last axis as (3, d_k) puts the blocks on the second-last axis; unbinding the last axis splits "
      "it into d_k pieces of 3 columns."),
 ])
+FUSED_EDGES = Mistake(
+    "off-by-one", "each of your Q, K and V is a run of consecutive columns of the product, but the edges of {which} "
+    "are one column off. Counting from 0, where does each block begin, and is the end of a slice included?",
+    more="block i holds columns i·d_k up to, not including, (i + 1)·d_k: each starts where the previous one ended.")
 
 
-@checker(mistakes=_FUSED_MISTAKES)
+def _fused_edges(verdict: Verdict, results) -> Verdict | None:
+    """Every piece a run of columns of X W_QKV, each edge within one column of its block's; some edge off."""
+    off = []
+    for (X, W, d_k), got, _ in results.outputs():
+        if len(got) != 3 or verdict.mistake not in ("values", "shape"):
+            return None
+        for i, (name, piece) in enumerate(zip(_NAMES, got)):
+            F, w = X @ W, piece.shape[-1]
+            at = [s for s in range(max(i * d_k - 1, 0), i * d_k + 2) if w and abs(s + w - i * d_k - d_k) <= 1
+                  and F[..., s:s + w].shape == piece.shape and torch.allclose(F[..., s:s + w], piece, atol=1e-4)]
+            if not at:
+                return None
+            off += [name] if i * d_k not in at or w != d_k else []
+    return named(FUSED_EDGES, which=", ".join(dict.fromkeys(off))) if off else None
+
+
+@checker(mistakes=[*_FUSED_MISTAKES, FUSED_EDGES])
 def check_split_fused(fn) -> Verdict:
     """``fn(X, W_QKV, d_k)`` with X (..., T, d_model), W_QKV (d_model, 3·d_k) → (Q, K, V), each (..., T, d_k)."""
-    return judge(fn, _fused_cases(), _planted_split, _FUSED_MISTAKES,
+    return judge(fn, _fused_cases(), _planted_split, _FUSED_MISTAKES, diagnose=_fused_edges,
                  success="one product, cut into blocks of d_k consecutive columns, gives Q, K and V.")
 
 
@@ -230,14 +243,18 @@ def _planted_cross(X, X_kv, W_Q, W_KV, d_k, *, q_from="X", kv_from="X_kv", cut="
     seq = {"X": X, "X_kv": X_kv}
     Q, KV = seq[q_from] @ W_Q / (d_k ** 0.5 if q_scaled else 1), seq[kv_from] @ W_KV
     d = KV.shape[-1]
-    K, V = {
-        "sizes": lambda: KV.split([d_k, d - d_k], dim=-1),
+    K, V = {"sizes": lambda: KV.split([d_k, d - d_k], dim=-1),
         "equal": lambda: KV.split(d_k, dim=-1),
         "d_k-twice": lambda: KV.split([d_k, d_k], dim=-1),
         "d_k-slices": lambda: (KV[..., :d_k], KV[..., d_k:2 * d_k]),
         "end": lambda: (KV[..., -d_k:], KV[..., :-d_k]),
         "v-from-start": lambda: (KV[..., :d_k], KV[..., :d - d_k]),
         "halves": lambda: KV.chunk(2, dim=-1),
+        "sizes-swapped": lambda: KV.split([d - d_k, d_k], dim=-1),
+        "dealt": lambda: KV.view(*KV.shape[:-1], -1, 2).unbind(-1),          # the chapter's bug, on K and V
+        "dealt-d_k": lambda: KV.view(*KV.shape[:-1], d_k, 2).unbind(-1),
+        "dealt-rest": lambda: (KV[..., :2 * d_k:2],   # K from the even columns, V the others
+                               torch.cat([KV[..., 1:2 * d_k:2], KV[..., 2 * d_k:]], -1)[..., :d - d_k]),
     }[cut]()
     return tuple((Q, K, V)[i] for i in order)
 
@@ -261,6 +278,13 @@ _CROSS_MISTAKES = variants(_planted_cross, [
      "two equal halves give K its d_k columns only when d_v = d_k. K is the first d_k columns, V the rest."),
     ("order", {"order": (0, 2, 1)}, "your second and third results are swapped: in what order should they come back?",
      "the function returns (Q, K, V): your K is in the place of V and your V in the place of K."),
+    ("sizes-swapped", {"cut": "sizes-swapped"}, "your K is as wide as V should be, and your V as wide as K: in what "
+     "order do the sizes of your cut come?", "W_KV is [W_K | W_V]: the product's first d_k columns are K and the d_v "
+     "after them V; your cut takes d_v columns first."),
+    *[("dealt", {"cut": cut}, "your K and V take turns: K gets every other column of the product. Where do W_K's "
+       "columns stand in W_KV?", "viewing the last axis as (…, 2) deals the columns out in turn, like cards: K gets "
+       "columns 0, 2, 4, …. W_K and W_V are blocks side by side: K is the first d_k columns, V the rest.")
+      for cut in ("dealt", "dealt-d_k", "dealt-rest")],
 ])
 
 
@@ -285,8 +309,7 @@ def _qkv_params(d_model: int, h: int) -> int:
 
 def _guesses() -> list[Guess]:
     d, h, d_head = _D, _H, _D // _H
-    return [
-        Guess("one-head", "too low: that is what a single head holds. How many heads does the layer have?",
+    return [Guess("one-head", "too low: that is what a single head holds. How many heads does the layer have?",
               3 * (d * d_head + d_head), more=f"each of the h = {h} heads of the layer has its own W_Q, W_K, W_V "
                                               "and biases."),
         Guess("one-head-no-bias", "too low, on two counts: a single head, and something left out of each "
@@ -296,6 +319,9 @@ def _guesses() -> list[Guess]:
               3 * d * d, more="every projection also has a bias, one number per output column, for every head."),
         Guess("full-width-heads", "far too high: how wide is one head's W_Q?", h * 3 * (d * d + d),
               more=f"each head's matrices are d_model × d_head, {d} by {d_head}, not d_model × d_model."),
+        Guess("one-head-bias-width", "too low, on two counts: a single head, and each of its biases as long as "
+              "d_model.", 3 * (d * d_head + d), more=f"h = {h} heads each have W_Q, W_K, W_V; a head's bias has "
+              f"d_head = {d_head} numbers, not d_model = {d}."),
         Guess("bias-width", "a little too high: the weights are right. How long is one head's bias?",
               h * 3 * (d * d_head + d), more=f"a head's bias has one number per output column, d_head = {d_head}, "
                                              f"not d_model = {d}."),

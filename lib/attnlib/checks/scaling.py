@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..attention import scale, scores
 from ..projections import project
-from ._core import Group, Guess, Mistake, Verdict, _gen, checker, judge, judge_number, named, variants
+from ._core import Group, Guess, Mistake, Verdict, _close, _gen, _inputs, checker, judge, judge_number, named, variants
 
 __all__ = ["check_fp16_scores", "check_head_scores", "check_unit_length_scores"]
 
@@ -47,7 +47,8 @@ def _fp16_groups() -> list[Group]:
 def _planted_fp16(Q, K, *, at: str = "Q", power: float = 0.5, keys: str = "last two", upcast_K: bool = False):
     """Z with the division by d_k ** power on "Q", on "both" factors, "after" the product, or after a "clamp"."""
     f, K = Q.shape[-1] ** power, K.float() if upcast_K else K
-    Kt = K.mT if keys == "last two" else K.transpose(0, 1) if keys == "first two" else K.t()
+    Kt = {"last two": K.mT, "first two": K.transpose(0, 1), "all": K.permute(*range(K.dim())[::-1])}.get(keys)
+    Kt = K.t() if Kt is None else Kt
     S = {"after": lambda: Q @ Kt, "clamp": lambda: torch.nan_to_num(Q @ Kt)}.get(at)
     return S() / f if S else (Q / f) @ (Kt / f if at == "both" else Kt)
 
@@ -57,6 +58,32 @@ _OVERFLOW = ("your Z is infinite where the true score fits in float16: at which 
              "inf. Where else can 1/√d_k enter the score? This page moved it once already.")
 _AXES = ("right for one table, but not with axes in front: which two axes does your transpose swap?",
          "with leading axes, K's rows and components are its last two axes: swap those.")
+_REVERSED = ("right for one table, but with axes in front your transpose reverses the order of every axis of K: "
+             "which two should it swap?", "on a tensor of three or more axes, .T reverses all of them, so the "
+             "batch axes land at the end; Kᵀ here swaps only K's last two axes, its rows and its components.")
+SCALED = Mistake("scale-factor", "each of your scores is the true one times {c} (on inputs {case}): you divide by "
+                 "{by} where the scaling divides by √d_k = {root}. Which number of yours is {by}?", more="your "
+                 "scores are the true ones times one factor per case. Check your divisor: the axis its width is read "
+                 "from, a power written without parentheses (** binds before /), how many factors of it meet.")
+
+
+def _scale_factor(verdict: Verdict, run, d_k=lambda case: case[0].shape[-1]) -> Verdict | None:
+    """For a checker of Z = S / √d_k: on every case the learner's scores, finite or overflowed alike, are the true
+    ones times one factor c ≠ 1, measured as ⟨Z, true⟩ / ⟨true, true⟩ (the audit's scaling probe); it names c."""
+    found = []
+    for (case, got, _), (_, atol) in zip(run.outputs(), run.cases):
+        w = run.reference(*case)
+        if verdict.mistake != "values" or getattr(got, "shape", None) != w.shape or got.dtype != w.dtype:
+            return None
+        g, w, ok = got.double(), w.double(), got.isfinite()
+        c = float((g[ok] * w[ok]).sum() / (w[ok] * w[ok]).sum().clamp_min(1e-30))
+        if abs(c - 1) < 1e-3 or not _close(got, (c * w).to(got.dtype), abs(c) * atol + 1e-6):
+            return None
+        found.append((c, case, math.sqrt(d_k(case))))
+    c, case, root = found[0]
+    return named(SCALED, c=f"{c:.4g}", case=_inputs(run.fn, case), by=f"{root / c:.4g}", root=f"{root:.4g}")
+
+
 _FP16_MISTAKES = variants(_planted_fp16, [
     ("scale-after", {"at": "after"}, *_OVERFLOW), ("scale-after", {"at": "after", "power": 1}, *_OVERFLOW),
     ("no-scale", {"power": 0}, "your scores are too large, in float16 infinite: which step of Z = S / √d_k is "
@@ -74,6 +101,7 @@ _FP16_MISTAKES = variants(_planted_fp16, [
      "no wider copy anyway: which number of yours outgrows float16, and must it?", "K in float32 meets Q in "
      "float16. Keep both in float16 and make sure no step needs more than float16 holds."),
     ("last-two-axes", {"keys": "first two"}, *_AXES), ("last-two-axes", {"keys": "t"}, *_AXES),
+    ("every-axis-reversed", {"keys": "all"}, *_REVERSED),
 ])
 WIDER = Mistake("wider-dtype", "your function made a {dtype} tensor from {given} inputs, and the exercise asks "
                 "for no wider copy: which of your numbers would not fit in {given}, and must it be that large?",
@@ -92,7 +120,7 @@ class _Made(TorchFunctionMode):
         return out
 
 
-@checker(mistakes=[*_FP16_MISTAKES, WIDER])
+@checker(mistakes=[*_FP16_MISTAKES, WIDER, SCALED])
 def check_fp16_scores(fn) -> Verdict:
     made = {}
 
@@ -106,7 +134,7 @@ def check_fp16_scores(fn) -> Verdict:
         return named(WIDER, dtype=wider[0], given=given) if wider else None
 
     return judge(functools.wraps(fn)(recorded) if callable(fn) else fn, _fp16_groups(), _fp16_reference,
-                 _FP16_MISTAKES, properties=no_wider,
+                 _FP16_MISTAKES, properties=no_wider, diagnose=_scale_factor,
                  success="Z = Q Kᵀ / √d_k in the dtype that came in, finite where it fits in float16 although Q Kᵀ "
                          "does not, with two to four axes, and in float32 and float64.")
 
@@ -127,7 +155,7 @@ def _head_reference(X, W_Q, W_K):
 
 def _planted_head(X, W_Q, W_K, *, by: str = "d_k", power: float = 0.5, rows: str = "queries", same_weights=False):
     Q, K = X @ W_Q, X @ (W_Q if same_weights else W_K)
-    S = Q @ K.mT if rows == "queries" else K @ Q.mT
+    S = K @ Q.mT if rows in ("keys", "first-two") else Q @ (K.permute(*range(K.dim())[::-1]) if rows == "all" else K.mT)
     S = S.transpose(0, 1) if rows == "first-two" else S
     return S / {"d_k": W_Q.shape[-1], "d_model": X.shape[-1], "T": X.shape[-2]}[by] ** power   # power -0.5: × √
 
@@ -140,8 +168,7 @@ def buggy_head_scores(X, W_Q, W_K):
     return pairs.sum(-1) / math.sqrt(X.shape[-1])      # (..., T, T)
 
 
-_HEAD_MISTAKES = [
-    Mistake("as-given",
+_HEAD_MISTAKES = [Mistake("as-given",
             "this is still the function as given: it runs with the right shape, but compare a row of its table "
             "with that query's dot products, and the spread of its scores with what the scaling should leave.",
             buggy_head_scores,
@@ -167,17 +194,18 @@ _HEAD_MISTAKES = [
          "product over the d_k components, divided by √d_k."),
         ("first-two-axes", {"rows": "first-two"},
          "right for one sequence, but a batch comes back in another order: which two axes does your transpose "
-         "swap?",
-         "with a batch axis in front, the first two axes are the batch and the rows: swap the last two."),
+         "swap?", "with a batch axis in front, the first two axes are the batch and the rows: swap the last two."),
+        ("every-axis-reversed", {"rows": "all"}, *_REVERSED),
         ("same-weights", {"same_weights": True}, "where do your keys come from? Compare them with the queries.",
          "you used W_Q for the keys as well. Queries and keys have separate weights."),
     ]),
 ]
 
 
-@checker(mistakes=_HEAD_MISTAKES)
+@checker(mistakes=[*_HEAD_MISTAKES, SCALED])
 def check_head_scores(fn) -> Verdict:
     return judge(fn, _head_cases(), _head_reference, _HEAD_MISTAKES,
+                 diagnose=functools.partial(_scale_factor, d_k=lambda case: case[1].shape[-1]),
                  success="rows are queries, columns keys, and the scores are divided by √d_k, the width of q "
                          "and k (not √d_model).")
 
@@ -196,8 +224,7 @@ def _measured_unit_length_std(B: int, T: int, d_model: int, d_k: int) -> float:
 
 _B, _T, _DM, _DK = _UNIT.values()
 _RAW = 1 / math.sqrt(_DK)         # the spread of q·k before the division
-_GUESSES = [
-    Guess("scaling-fixes-it", "too high: what variance does one component of a vector of length 1 have?", 1.0,
+_GUESSES = [Guess("scaling-fixes-it", "too high: what variance does one component of a vector of length 1 have?", 1.0,
           "too high: 1 is the spread for components of variance 1; here all d_k components share the length 1."),
     Guess("unscaled", "too high: that is the spread of q·k before the division by √d_k.", _RAW,
           "too high by a factor of √d_k = 8: your q·k is right, but Z is q·k divided by √d_k."),
@@ -227,4 +254,4 @@ _GUESSES = [
 def check_unit_length_scores(value) -> Verdict:
     return judge_number(value, _measured_unit_length_std(**_UNIT), _GUESSES, rtol=0.1,
                         success=f"each component has variance 1/d_k, q·k has variance 1/d_k, and the division "
-                                f"leaves Z a standard deviation of 1/d_k = {1 / _DK:g}.")
+                                f"leaves Z a standard deviation of 1/d_k ≈ {1 / _DK:.4g}.")

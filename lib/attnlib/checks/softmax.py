@@ -35,8 +35,7 @@ def _mixed_dtypes(verdict: Verdict, results) -> Verdict | None:
         return None
     if all(results.right(case) for case, _ in results.cases if case[0].dtype == torch.float32):
         case, e = raised[0]
-        return named(MIXED_DTYPES, f" (your function raised {type(e).__name__}: {e})",
-                     want=_dtype_name(case[0].dtype))
+        return named(MIXED_DTYPES, f" (your function raised {type(e).__name__}: {e})", want=_dtype_name(case[0].dtype))
     return None
 
 
@@ -44,8 +43,7 @@ def _mixed_dtypes(verdict: Verdict, results) -> Verdict | None:
 
 def _log_softmax_groups() -> list[Group]:
     g = _gen(505)
-    f32 = [
-        (torch.randn(3, 5, generator=g) * 3,),
+    f32 = [(torch.randn(3, 5, generator=g) * 3,),
         # row 0 overflows exp() unless the maximum is subtracted, row 1 if the minimum is; row 2's weight of −200
         # underflows to 0 (log 0 = −inf), while log p ≈ −205 is an ordinary number
         (torch.tensor([[1000.0, 999.0, 998.0, 997.0], [50.0, -100.0, 0.0, 10.0], [0.0, -200.0, 5.0, 1.0]]),),
@@ -201,7 +199,9 @@ def _top_k_groups() -> list[Group]:
     return [Group([case((4, 6), 3, 2), case((2, 5, 7), 4, 3), case((1, 6, 6), 5, 3, causal=True),
                    case((2, 4, 4), 3, 4)], 1e-5),
             Group([case((2, 3, 5), 2, 2, torch.float64)], 1e-10),
-            Group([case((1, 4, 6), 3, 2, torch.float16, causal=True)], 1e-2)]
+            Group([case((1, 4, 6), 3, 2, torch.float16, causal=True)], 1e-2),
+            Group([(torch.randn(2, 3, 4, generator=g).repeat_interleave(2, -1),   # every key twice (score and
+                    torch.randn(2, 4, 2, generator=g).repeat_interleave(2, -2), 3)], 1e-5)]   # value): a tie at 3
 
 
 def _top_k_reference(Z, V, k) -> torch.Tensor:
@@ -228,6 +228,7 @@ def _planted_top_k(Z, V, k, *, keep: str = "top k", drop: str = "-inf", values: 
     else:
         threshold = Z.topk(min(k + (keep == "k + 1"), Z.shape[-1]), dim=-1).values[..., -1:]
     kept = Z > threshold if keep == "k - 1" else Z >= threshold
+    kept = kept.new_zeros(kept.shape).scatter(-1, top.indices, True) if keep == "indices" else kept
     if drop == "after":
         return torch.softmax(Z, dim=-1).masked_fill(~kept, 0.0) @ V
     Z = Z * kept if drop == "times" else Z.masked_fill(~kept, 0.0 if drop == "zero" else -math.inf)
@@ -259,6 +260,10 @@ _TOP_K_MISTAKES = variants(_planted_top_k, [
      "your rows keep more than n_top keys when n_top is small. From which end is the n_top-th value counted?",
      "torch.kthvalue gives the n_top-th smallest value, so comparing with it keeps T_k − n_top + 1 keys. The "
      "n_top best end at the n_top-th largest."),
+    ("ties-dropped", {"keep": "indices"}, "where a row's n_top-th best score is tied with another key's, yours "
+     "keeps only one of them. Does a key that scores exactly as high as the n_top-th stay?", "keeping exactly "
+     "n_top positions (their indices, or the first n_top after sorting) drops keys tied with the n_top-th, which "
+     "the statement keeps: every score at least as large as the n_top-th largest stays."),
     ("k-minus-one", {"keep": "k - 1"},
      "each row keeps n_top − 1 keys. Is the n_top-th largest score itself among the kept ones?",
      "you kept only the scores strictly above the n_top-th largest, which dropped the n_top-th itself (and every key "
@@ -287,8 +292,8 @@ def check_top_k_attention(fn) -> Verdict:
     best keys."""
     return judge(fn, _top_k_groups(), _top_k_reference, _TOP_K_MISTAKES, diagnose=_mixed_dtypes,
                  success="each query reads its n_top best keys and only them, with weights that sum to 1: for one "
-                         "table, a batch, a causal table whose first rows see fewer than n_top keys, n_top = T_k, and "
-                         "in float16, float32 and float64.")
+                         "table, a batch, a causal table whose first rows see fewer than n_top keys, n_top = T_k, ties "
+                         "at the n_top-th score, and in float16, float32 and float64.")
 
 
 # --- find the bug: an einsum head whose last line sums over the query index (out = Pᵀ V) ------------------------------

@@ -246,9 +246,8 @@ _LENS_MISTAKES = variants(_lens, [
 def check_logit_lens(fn) -> Verdict:
     """``fn(X0, blocks, ln_f, head)`` → head(ln_f(X_l)) for l = 0 … L as (L + 1, B, T, vocab_size)."""
     with torch.no_grad():
-        return judge(fn, [_fresh_lens(i) for i in range(len(_LENS_CASES))], _lens, _LENS_MISTAKES,
-                     success="every X_l, from X₀ to X_L, is read through ln_f and the head, and the blocks "
-                             "receive the raw stream.")
+        return judge(fn, [_fresh_lens(i) for i in range(len(_LENS_CASES))], _lens, _LENS_MISTAKES, success="every "
+                     "X_l, from X₀ to X_L, is read through ln_f and the head, and the blocks receive the raw stream.")
 
 
 # --- build: cut a text into training windows -------------------------------------------------------------------------
@@ -297,18 +296,22 @@ _WINDOWS_MISTAKES = variants(_cut, [
               "of the text is never an input: count the windows that fit in all tokens but the last.",
               where=lambda case: len(case[0]) % case[1] != 0)]
 
-WIDTH = Mistake(
-    "window-width", "your windows are {got} tokens wide for T = {T}: how many inputs does a window hold?",
+WIDTH = Mistake("window-width", "your windows are {got} tokens wide for T = {T}: how many inputs does a window hold?",
     more="a window holds T inputs and T targets, the same positions shifted by one: two (n, T) tensors.")
 COUNT = {1: Mistake(
     "one-too-many", "you cut {got} windows from {N} tokens with T = {T}: does the target of the last token of "
     "your last window exist?", more=_WINDOWS_MISTAKES[-1].more),
     -1: next(m for m in _WINDOWS_MISTAKES if m.label == "one-too-few")}
+ONE_TARGET = Mistake("one-target", "your targets hold one token per window, shape {got}: how many positions of a "
+                     "window make a prediction?", more="every position learns the token after it: targets are (n, T).")
 
 
 def _width(case, got, args, watch) -> Verdict | None:
     """Windows of another width than T; right windows, but one too many or too few."""
     data, T = case
+    shapes = [tuple(t.shape) for t in got if isinstance(t, torch.Tensor)]   # one target per window: (n,) or (n, 1)
+    if len(shapes) == 2 and len(shapes[0]) == 2 and shapes[0][1] > 1 and shapes[1] in (shapes[0][:1], (len(got[0]), 1)):
+        return named(ONE_TARGET, got=shapes[1])
     got = [t for t in got if isinstance(t, torch.Tensor) and t.dim() == 2]
     wrong = [t.shape[-1] for t in got if t.shape[-1] != T]
     if len(got) != 2 or wrong:
@@ -319,12 +322,11 @@ def _width(case, got, args, watch) -> Verdict | None:
     return named(COUNT[extra.pop()], got=len(got[0]), N=len(data), T=T) if right and extra in ({1}, {-1}) else None
 
 
-@checker(mistakes=[*_WINDOWS_MISTAKES, WIDTH, COUNT[1]])
+@checker(mistakes=[*_WINDOWS_MISTAKES, WIDTH, COUNT[1], ONE_TARGET])
 def check_text_windows(fn) -> Verdict:
     """``fn(data, T)`` → (inputs, targets), each (n, T), consecutive windows with next-token targets."""
-    return judge(fn, _windows_cases(), _cut, _WINDOWS_MISTAKES, properties=_width,
-                 success="consecutive windows from the start, as many as have their targets, each target the "
-                         "next token of its input.")
+    return judge(fn, _windows_cases(), _cut, _WINDOWS_MISTAKES, properties=_width, success="consecutive windows "
+                 "from the start, as many as have their targets, each target the next token of its input.")
 
 
 # --- extend: chunked prefill and greedy generation with your own K/V cache ----------------------------------------
@@ -373,14 +375,15 @@ def _fresh_model(i: int, guarded: bool = False):
 
 
 def _masked(Q, K, V, *, mask):
-    """Attention with a wrong mask: "top-left", "one-ahead", "square-only" (causal only when T_q = T_k) or "none"."""
+    """Attention with a wrong mask: top-left (always, or for chunks), one-ahead, square-only (T_q = T_k), none."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
-    start = {"top-left": 1, "one-ahead": 2 + T_k - T_q, "square-only": 1 if T_q == T_k else T_k, "none": T_k}[mask]
+    start = {"top-left": 1, "one-ahead": 2 + T_k - T_q, "square-only": 1 if T_q == T_k else T_k, "none": T_k,
+             "chunks": 1 if T_q > 1 else T_k}[mask]
     return attention(Q, K, V, causal=False, mask=~torch.ones(T_q, T_k, dtype=torch.bool).triu(start))
 
 
 def _generate_variant(model, ids, n_new, chunk, *, offset="cached", zero=("embed", "qkv"), attend=attention,
-                      self_first=True, cache="extend", chunked=True, mlp_norm="ln_2", refeed=False):
+                      self_first=True, cache="extend", chunked=True, mlp_norm="ln_2", refeed=False, head="ln_f"):
     """Chunked prefill and greedy generation with a K/V cache per layer; a switch off its default plants a mistake."""
     past = [None] * len(model.blocks)
     T0, todo, fed, steps = ids.shape[1], ids, 0, 0
@@ -388,9 +391,9 @@ def _generate_variant(model, ids, n_new, chunk, *, offset="cached", zero=("embed
         size = chunk if chunked else todo.shape[1]
         new, todo = todo[:, :size], todo[:, size:]
         at = {"cached": fed, "zero": 0, "steps": steps, "plus-one": fed + int(fed >= T0),
-              "cache-length": 0 if past[0] is None else past[0][0].shape[-2]}[offset]
+              "cache-length": 0 if past[0] is None else past[0][0].shape[-2], "chunks": steps * chunk}[offset]
         X = model.embed_tokens(new, at if "embed" in zero else fed)
-        for l, block in enumerate(model.blocks):
+        for l, block in zip(itertools.repeat(0) if cache == "shared" else itertools.count(), model.blocks):
             Q, K, V = block.attn.qkv(block.ln_1(X), at if "qkv" in zero else fed)
             K_all, V_all = (K, V) if past[l] is None else (torch.cat([past[l][0], K], -2),
                                                            torch.cat([past[l][1], V], -2))
@@ -408,7 +411,8 @@ def _generate_variant(model, ids, n_new, chunk, *, offset="cached", zero=("embed
         if todo.shape[1] == 0 and refeed and fed == T0:
             todo, fed, refeed = ids[:, -1:], T0 - 1, False        # the prompt's last token again, at its place
         elif todo.shape[1] == 0:
-            todo = model.head(model.ln_f(X))[:, -1].argmax(-1, keepdim=True)
+            Y = X if head == "no-ln_f" else model.ln_f(X)
+            todo = model.head(Y)[:, 0 if head == "first-row" else -1].argmax(-1, keepdim=True)
             ids = torch.cat([ids, todo], dim=1)
     return ids
 
@@ -416,6 +420,10 @@ def _generate_variant(model, ids, n_new, chunk, *, offset="cached", zero=("embed
 _NO_OFFSET = ("your tokens go wrong once the first chunk is in: at which position do the rows of a later step sit?",
               "every step placed its rows at positions from 0; both the embedding (learned positions) and qkv "
               "(RoPE) need the number of positions already cached.")
+_TOP_LEFT = ("a later chunk reads only the first keys of the cache: where does your mask put its queries?",
+             "is_causal aligns its triangle top-left when T_q < T_k; a chunk's query i sits at position T_k − T_q + i.")
+_SHARED = ("does a layer read the keys of another layer? How many caches does your model keep?",
+           "each block's attention has its own K and V: keep one cache per layer, each appended at every step.")
 _NOT_UPDATED = ("after the prompt, does each generated token see the tokens generated before it?",
                 "the cache keeps only the prompt's K and V: append each generated token's too.")
 
@@ -426,9 +434,7 @@ _GEN_VARIANTS = variants(_generate_variant, [
      "does your offset count?", "your offset counts the steps taken; it is the number of positions in the cache."),
     ("offset-one-too-far", dict(offset="plus-one"), "the prompt is right, and every generated token is placed one "
      "position too late: where does the newest token sit?", "your offset counted the newest token itself too."),
-    ("top-left-mask", dict(attend=partial(_masked, mask="top-left")), "a later chunk reads only the first keys "
-     "of the cache: where does your mask put its queries?", "is_causal aligns its triangle top-left when T_q < "
-     "T_k; query i of a chunk sits at position T_k − T_q + i."),
+    *[("top-left-mask", dict(attend=partial(_masked, mask=m)), *_TOP_LEFT) for m in ("top-left", "chunks")],
     ("unmasked", dict(attend=partial(_masked, mask="none")), "may a query of a prompt chunk read the keys of "
      "later tokens of its chunk?", "a chunk of several tokens needs the causal mask, shifted after the cache."),
     ("later-chunks-unmasked", dict(attend=partial(_masked, mask="square-only")), "the first chunk is right, the "
@@ -447,7 +453,16 @@ _GEN_VARIANTS = variants(_generate_variant, [
      "each prompt chunk attended to its own keys only; it reads the cache of the earlier chunks too."),
     ("last-token-twice", dict(refeed=True), "after the prompt, which token does your first step feed: is it in the "
      "cache already?", "you fed the prompt's last token twice; the first new token comes from the last chunk."),
+    ("no-ln_f", dict(head="no-ln_f"), "what stands between the last block and the head?", "the head reads the last "
+     "block's output after the final LayerNorm, ln_f; yours reads it raw."),
+    ("first-row", dict(head="first-row"), "from which row of the prompt's last chunk do you choose the first new "
+     "token?", "the next token follows the chunk's last position; you read the head at its first row."),
+    ("shared-cache", dict(cache="shared"), *_SHARED),
 ])
+_GEN_RAISING = variants(_generate_variant, [   # offsets that run past max_T: named by the library's error
+    ("offset-counts-chunks", dict(offset="chunks"), "your offset is right while the chunks are full: what does it "
+     "count?", "your offset counts chunks × chunk; a short chunk or a new token adds fewer positions than chunk."),
+    ("shared-cache", dict(cache="shared", offset="cache-length"), *_SHARED)])
 
 
 def _generation(fn, observed: dict | None = None):
@@ -524,15 +539,14 @@ NO_CACHE, CHUNK_TOO_BIG, PROMPT_MISSING, SHORTCUT, ROWS_DIFFER, TOKENS_DIFFER, W
          "with model.hidden_states on the whole prefix: the first layer that differs at {p} holds the mistake.", None),
         ("values", "the tokens differ from recomputation from position {first} on (the prompt has {T0} tokens, fed "
          "in chunks of {chunk}): is the first wrong token in the prompt's last step or after it?", "compare one "
-         "cached step with model(ids) on the whole prefix: the first layer whose rows differ holds the mistake.",
-         None),
+         "cached step with model(ids) on the whole prefix: the first layer whose rows differ holds the mistake.", None),
         ("shape", "the result has shape {got}, expected {want}: the prompt (T0 = {T0}) followed by n_new = {n_new} "
          "tokens. How many times does your loop choose a token?", "every new token is chosen once, after the "
          "prompt is in; the last one is returned without being fed.", None),
         ("type", "expected a tensor of token IDs, got {what}.", "return the prompt and the new tokens as one "
          "tensor (1, T0 + n_new), as model.generate does; you returned {what}.", None)])
 
-_GEN_MISTAKES = [Mistake(m.label, m.hint, _planted(m.wrong), m.more) for m in _GEN_VARIANTS] + [
+_GEN_MISTAKES = [Mistake(m.label, m.hint, _planted(m.wrong), m.more) for m in _GEN_VARIANTS + _GEN_RAISING] + [
     NO_CACHE, CHUNK_TOO_BIG, PROMPT_MISSING, SHORTCUT]
 
 

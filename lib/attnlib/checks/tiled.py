@@ -141,8 +141,7 @@ def _tiles_reading(T_q: int, T_k: int, b_q: int, b_k: int, *, last: bool = True,
 def _tile_guesses(T_q: int, T_k: int, b_q: int, b_k: int, want: int) -> list[Guess]:
     plan = tile_plan(T_q, T_k, b_q, b_k, causal=True)
     n = plan.numel()
-    rows = [
-        ("no-skip", n, "too high: every tile of the grid. Is there no tile whose keys all lie after its queries?",
+    rows = [("no-skip", n, "too high: every tile of the grid. Is there no tile whose keys all lie after its queries?",
          "the tiles whose first key lies after the last query of their block are skipped: few here, but not none."),
         ("key-index", want - plan.shape[0], "too low: one key block short for every query block. Is the key block "
                                              "that holds a block's last query counted?",
@@ -231,7 +230,8 @@ def buggy_tiled_attention(Q, K, V, block_q, block_k):
 
 def _tiled_variant(Q, K, V, block_q, block_k, *, alias: bool = False, sign: int = 1, after_add: bool = False,
                    rescale_ell: bool = True, rescale_O: bool = True, keep: bool = True, divide: bool = True,
-                   offset: bool = True, own_key: bool = True, scaled: bool = True, running: bool = True):
+                   offset: bool = True, own_key: bool = True, scaled: bool = True, running: bool = True,
+                   last: bool = True):
     """Tiled causal attention, queries last, with the mistakes' switches; ``alias``: the bug as given (factor 1)."""
     T_q, T_k = Q.shape[-2], K.shape[-2]
     shift = T_k - T_q if offset else 0
@@ -240,7 +240,7 @@ def _tiled_variant(Q, K, V, block_q, block_k, *, alias: bool = False, sign: int 
         q1 = min(q0 + block_q, T_q)
         m = Q.new_full(Q.shape[:-2] + (q1 - q0,), -INF)
         ell, acc = torch.zeros_like(m), Q.new_zeros(*m.shape, V.shape[-1])
-        for k0 in range(0, min(T_k, shift + q1), block_k):
+        for k0 in range(0, min(T_k, shift + (q1 if last else q0 + 1)), block_k):   # key blocks up to the last query
             k1 = min(k0 + block_k, T_k)
             Z = Q[..., q0:q1, :] @ K[..., k0:k1, :].mT / (math.sqrt(Q.shape[-1]) if scaled else 1.0)
             keys, pos = torch.arange(k0, k1)[None, :], torch.arange(q0, q1)[:, None] + shift
@@ -271,8 +271,7 @@ def _fix_cases():
     return cases
 
 
-_FIX_MISTAKES = [
-    Mistake("unchanged",
+_FIX_MISTAKES = [Mistake("unchanged",
             "this gives exactly what buggy_tiled_attention gives. Print the rescale factor on a key block that "
             "raises a row's maximum: is it below 1? What does m_old hold when the factor is computed?",
             buggy_tiled_attention,
@@ -309,6 +308,8 @@ _FIX_MISTAKES = [
          "causal attention hides only the keys after the query; the key at its own position is readable."),
         ("unscaled", dict(scaled=False), "your scores are not divided by √d_k. Where do a tile's scores get it?",
          "each tile's scores are Q Kᵀ / √d_k, as in chapter 3, before the mask and the running maximum."),
+        ("skip-by-first-query", dict(last=False), "later rows of a query block miss keys they may read: which query "
+         "decides that a key block is skipped?", "a key block may be skipped only when it lies after every query."),
     ]),
 ]
 

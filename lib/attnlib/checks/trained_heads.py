@@ -35,15 +35,26 @@ _GUESSES = [   # typical wrong values of c = lim r × score
     Guess("score-itself", "too low: the score tends to 0, but the question asks for r × score.", 0.0,
           "the score tends to 0; multiplied by r it tends to a number between 1/2 and 1."),
     *[Guess(label, "a little too low: that is r × score at one r, such as the page's. Does it still change as r "
-            "grows?", r * _measured(r), "r × score is a sum of 1/k over k = r + 1 … 2r; compare it with an integral.")
+            "grows?", r * _measured(r), "r × score is a sum of 1/m over m = r + 1 … 2r; compare it with an integral.")
       for label, r in (("page-demo", 4), ("finite-r", 7), ("page-r16", 16))],
+    *[Guess("score-at-one-r", "too low: that is the score itself at one r, not r × score. What does multiplying "
+            "by r do to it?", _measured(r), "the score shrinks like 1/r; the question asks for the limit of r × "
+            "score, which stays near a fixed number.") for r in (4, 7, 16)],
+    Guess("one-mean-count", "too low: 2/3 counts every second-half row as reading 1.5 r keys. Does each read "
+          "as many?", 2 / 3,
+          "2/3 takes every second-half row as reading about 1.5 r keys; row i reads i + 1, so sum its weight "
+          "1/(i + 1) row by row instead of using one mean count."),
+    Guess("inverted", "too high: that is 1 over the limit. Is r × score a sum of counts, or of weights?",
+          1 / math.log(2), "r × score sums the weights 1/m for m = r + 1 … 2r; you inverted the result."),
+    Guess("log10", "too low: that is a base-10 logarithm. Which one does the sum of 1/m become?", math.log10(2),
+          "the sum of 1/m over m = r + 1 … 2r tends to the integral of dm/m: which logarithm is that?"),
 ]
 
 
 @checker(kind="predict", mistakes=_GUESSES)
 def check_uniform_induction_score(value) -> Verdict:
     return judge_number(value, math.log(2), _GUESSES, rtol=0.01,
-                        success="r × score = 1/(r + 1) + … + 1/(2r), which tends to ∫ dk/k from r to 2r = ln 2.",
+                        success="r × score = 1/(r + 1) + … + 1/(2r), which tends to ∫ dm/m from r to 2r = ln 2.",
                         again="write the score for one r as a sum over the queries of the second half, multiply by "
                               "r, and let r grow.")
 
@@ -60,14 +71,14 @@ def _targets_cases() -> list[tuple[torch.Tensor]]:
 
 
 def _planted_targets(ids, *, copies: str = "every", shift: int = 1, self_copy: bool = False,
-                     later: bool = False, transpose: bool = False, own_key: bool = True):
+                     later: bool = False, transpose: bool = False, own_key: bool = True, one_row: bool = False):
     """The targets (the defaults), or a planted slip: ``copies`` "every", "latest" or "first"; the target at the
     copy + ``shift``; j ≤ i (``self_copy``) or j > i (``later``); ``own_key`` False drops the target at i itself."""
     T = ids.shape[-1]
     i = torch.arange(T)
     before = i[None, :] <= i[:, None] if self_copy else i[None, :] < i[:, None]       # (i, j)
-    before = ~before if later else before
-    same = (ids[..., :, None] == ids[..., None, :]) & before                           # (…, i, j): earlier copies
+    before = i[None, :] > i[:, None] if later else before
+    same = (ids[:, None] == ids[None, :] if one_row else ids[..., :, None] == ids[..., None, :]) & before   # j earlier
     if copies != "every":
         pick = torch.where(same, i, -1).amax(-1) if copies == "latest" else torch.where(same, i, T).amin(-1)
         same = same & (i == pick[..., None])
@@ -95,6 +106,9 @@ _TARGETS_MISTAKES = variants(_planted_targets, [
     ("later-copies", {"later": True},
      "may a causal head read a key after its query? Where do your targets lie, left or right of the diagonal?",
      "your copies are the ones after the query, j > i: its future."),
+    ("one-sequence", {"one_row": True}, "right for one sequence: with a batch axis in front, which axes do your "
+     "comparisons pair up?", "your comparison indexes the first axis, which is the batch when one comes in; compare "
+     "the positions, the last axis, of each sequence with its own."),
     ("transposed", {"transpose": True},
      "rows are queries, columns keys: do your True entries lie in the rows of the repeated tokens?",
      "your table is transposed: the target of query i belongs in row i, at column j + 1."),
