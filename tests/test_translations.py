@@ -66,6 +66,28 @@ def test_an_english_change_marks_its_translation_fuzzy_and_fails(copy_root):
     assert entry.msgstr == "一段译文。", "the old translation is kept"
 
 
+def test_a_new_message_where_another_stood_is_new_not_a_fuzzy_edit(copy_root):
+    """Only an edit of the old English inherits its translation; a different text at the same place starts empty."""
+    path = copy_root / "book" / "04_mask.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and translations.translatable(c.source)
+                and not any(p.search(c.source) for p in translations.KEPT.values()))
+    translations.update(copy_root)
+    assert translations.apply("04_mask", {cell.source: "一段译文。"}, copy_root) == []
+    cell.source = "Nothing of the old paragraph is left in this one."
+    nbformat.write(nb, path)
+    translations.update(copy_root)
+    entry = translations.read("04_mask", copy_root).find(cell.source)
+    assert entry.msgstr == "" and not entry.fuzzy
+
+
+def test_chinese_soft_line_breaks_are_joined_and_markdown_lines_kept():
+    joined = translations.joined_lines("第一句的后半\n接着写。\n- 列表一\n- 列表二")
+    assert joined == "第一句的后半接着写。\n- 列表一\n- 列表二"
+    assert translations.joined_lines("用`x`\n计算") == "用`x`\n计算", "a break beside Latin text stays"
+    assert translations.joined_lines("中文\n$$\na\n$$") == "中文\n$$\na\n$$"
+
+
 def test_a_new_page_without_a_catalog_fails(copy_root):
     (copy_root / translations.catalog_path("notation", copy_root)).unlink()
     assert any(line.startswith("notation: no catalog") for line in translations.problems(copy_root))

@@ -77,14 +77,10 @@ class Message:
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    """The book's pages in the order of _toc.yml."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]] + [ch["file"] for part in toc["parts"] for ch in part["chapters"]]
-    out = []
-    for f in files:
-        hits = [root / f"{f}{ext}" for ext in (".ipynb", ".md") if (root / f"{f}{ext}").is_file()]
-        out += hits[:1]
-    return out
+    """The book's pages in the order of _toc.yml (as the learner edition reads it)."""
+    book = root / "book"
+    return [next(p for p in (book / f"{stem}.ipynb", book / f"{stem}.md") if p.is_file())
+            for stem in editions().Book(root).toc]
 
 
 def translatable(text: str) -> bool:
@@ -217,7 +213,6 @@ def update(root: Path = ROOT) -> list[str]:
 
 def _update(root: Path) -> list[str]:
     report = []
-    (root / CATALOGS).mkdir(parents=True, exist_ok=True)
     every = all_messages(root)
     for page, msgs in every.items():
         old = read(page, root)
@@ -231,10 +226,10 @@ def _update(root: Path) -> list[str]:
         for msg in msgs:
             if new.find(msg.text) is not None:
                 continue                                   # the same text twice on a page: one translation
-            kept, was = by_id.get(msg.text), by_key.get(msg.key)
-            if kept is not None and kept.msgstr:
-                entry = polib.POEntry(msgid=msg.text, msgstr=kept.msgstr, comment=msg.key, flags=list(kept.flags),
-                                      previous_msgid=kept.previous_msgid)
+            same, was = by_id.get(msg.text), by_key.get(msg.key)
+            if same is not None and same.msgstr:
+                entry = polib.POEntry(msgid=msg.text, msgstr=same.msgstr, comment=msg.key, flags=list(same.flags),
+                                      previous_msgid=same.previous_msgid)
                 counts["kept"] += 1
             elif was is not None and was.msgstr and similar(was.msgid, msg.text):
                 entry = polib.POEntry(msgid=msg.text, msgstr=was.msgstr, comment=msg.key, flags=["fuzzy"],
